@@ -1,0 +1,1 @@
+# compat: build fragment, included from Makefile.am

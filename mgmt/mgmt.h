@@ -1,0 +1,56 @@
+/*
+ * The management thread: one per process, over kernel UDP whatever the
+ * datapath. It answers rendezvous on listeners' UDP ports, runs the session
+ * handshake (connect with retries, duplicate suppression by token,
+ * disconnect), pings peers that share live sessions and declares a silent
+ * peer dead after cfg->failure_timeout_ms, resetting its sessions so every
+ * pending request completes with -ECONNRESET.
+ *
+ * It takes an endpoint's lock (rpc_lock) to install or reset sessions, so
+ * none of these functions may be called with an rpc lock held.
+ */
+#ifndef FERRY_MGMT_H
+#define FERRY_MGMT_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct ferry_config;
+struct ferry_stats;
+struct rpc;
+struct mgmt;
+
+/* Starts the thread. cfg and stats must outlive it. NULL with *err and msg. */
+struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
+			 char *msg, size_t msglen);
+/* Tells peers our sessions are closing (best effort), stops the thread. */
+void mgmt_destroy(struct mgmt *m);
+
+/*
+ * Answers rendezvous on UDP addr for endpoint rpc (port 0 picks one; see
+ * mgmt_listen_port). Returns 0, -EADDRINUSE when the port is taken, -errno.
+ */
+int mgmt_listen(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len);
+int mgmt_unlisten(struct mgmt *m, const struct sockaddr *addr, socklen_t len);
+/* The UDP port a listener bound (after listening on port 0); 0 if none. */
+uint16_t mgmt_listen_port(struct mgmt *m, const struct sockaddr *addr, socklen_t len);
+
+/*
+ * Gets a session from rpc to the endpoint answering rendezvous at addr,
+ * reusing a live one to that address. Blocks up to timeout_ms. Returns the
+ * session number, -ECONNREFUSED when the port answered ICMP unreachable,
+ * -ETIMEDOUT when nothing answered (a plain peer), -errno otherwise.
+ */
+int mgmt_connect(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,
+		 unsigned timeout_ms);
+
+/* The same without blocking: done(ctx, session or -errno) runs later on the
+ * management thread, without any rpc lock. Returns 0 or -errno. */
+typedef void (*mgmt_connect_fn)(void *ctx, int session_or_err);
+int mgmt_connect_async(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr,
+		       socklen_t len, unsigned timeout_ms, mgmt_connect_fn done, void *ctx);
+
+/* Closes a session on both sides (the peer's side sees RPC_SESSION_CLOSED). */
+void mgmt_disconnect(struct mgmt *m, struct rpc *rpc, int session);
+
+#endif

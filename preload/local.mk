@@ -1,0 +1,1 @@
+# preload: build fragment, included from Makefile.am

@@ -1,0 +1,12 @@
+#!/bin/sh
+# Installs everything ferry builds, tests and benchmarks with (Debian 12, as root).
+set -e
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends \
+	build-essential autoconf automake libtool pkg-config \
+	libibverbs-dev librdmacm-dev ibverbs-utils libcap-dev uthash-dev libcriterion-dev \
+	redis-server redis-tools memcached libmemcached-tools \
+	strace valgrind hyperfine iproute2 procps python3

@@ -1,0 +1,10 @@
+# tests: each area keeps its own fragment so owners do not collide.
+# Every test binary is a criterion program; TESTS lists what `make check` runs.
+TEST_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+TEST_LDADD = libferry_core.la $(CRITERION_LIBS)
+AM_TESTS_ENVIRONMENT = FERRY_TEST_BUILDDIR=$(abs_top_builddir); export FERRY_TEST_BUILDDIR; \
+	FERRY_TEST_SRCDIR=$(abs_top_srcdir); export FERRY_TEST_SRCDIR;
+
+include $(srcdir)/tests/transport.mk
+include $(srcdir)/tests/softib.mk
+include $(srcdir)/tests/preload.mk

@@ -1,0 +1,1 @@
+# tests/softib.mk

@@ -1,0 +1,335 @@
+/* FERRY_* environment parsing: every value checked, every refusal explained. */
+#include "transport/config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+void ferry_config_defaults(struct ferry_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->enable = true;
+	cfg->transport = FERRY_TRANSPORT_AUTO;
+	cfg->spin_us = 50;
+	cfg->log_level = FERRY_LOG_WARN;
+	cfg->session_slots = 8;
+	cfg->session_credits = 32;
+	cfg->rto_us = 2000;
+	cfg->failure_timeout_ms = 1000;
+	cfg->heartbeat_ms = 100;
+	cfg->connect_timeout_ms = 200;
+	cfg->mtu = 0;
+	cfg->congestion_control = true;
+	cfg->link_gbps = 25.0;
+	cfg->fault.seed = 1;
+	cfg->ib_port = 0;
+	cfg->gid_index = -1;
+}
+
+static int refuse(char *err, size_t errlen, const char *name, const char *value,
+		  const char *accepts)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s=%s is not usable: %s accepts %s", name, value,
+			 name, accepts);
+	return -EINVAL;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+	static const char *const yes[] = {"1", "on", "yes", "true"};
+	static const char *const no[] = {"0", "off", "no", "false"};
+	for (size_t i = 0; i < 4; i++) {
+		if (!strcasecmp(v, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcasecmp(v, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static int parse_uint(const char *v, unsigned long lo, unsigned long hi, unsigned long *out)
+{
+	char *end;
+	if (*v == '\0' || *v == '-' || *v == '+')
+		return -1;
+	errno = 0;
+	unsigned long x = strtoul(v, &end, 10);
+	if (errno || *end != '\0' || x < lo || x > hi)
+		return -1;
+	*out = x;
+	return 0;
+}
+
+static int parse_prob(const char *v, double *out)
+{
+	char *end;
+	errno = 0;
+	double x = strtod(v, &end);
+	if (errno || end == v || *end != '\0' || !(x >= 0.0 && x <= 1.0))
+		return -1;
+	*out = x;
+	return 0;
+}
+
+static int parse_ports(const char *v, struct ferry_config *cfg)
+{
+	cfg->n_port_ranges = 0;
+	if (!strcasecmp(v, "all") || *v == '\0')
+		return 0;
+	const char *p = v;
+	while (*p) {
+		char *end;
+		errno = 0;
+		unsigned long lo = strtoul(p, &end, 10), hi;
+		if (errno || end == p || lo < 1 || lo > 65535)
+			return -1;
+		hi = lo;
+		p = end;
+		if (*p == '-') {
+			p++;
+			hi = strtoul(p, &end, 10);
+			if (errno || end == p || hi < lo || hi > 65535)
+				return -1;
+			p = end;
+		}
+		if (cfg->n_port_ranges == FERRY_PORT_RANGES_MAX)
+			return -1;
+		cfg->ports[cfg->n_port_ranges].lo = (uint16_t)lo;
+		cfg->ports[cfg->n_port_ranges].hi = (uint16_t)hi;
+		cfg->n_port_ranges++;
+		if (*p == ',')
+			p++;
+		else if (*p)
+			return -1;
+	}
+	return 0;
+}
+
+static int parse_fault(const char *v, struct ferry_fault_config *f)
+{
+	char buf[256];
+	if (strlen(v) >= sizeof(buf))
+		return -1;
+	strcpy(buf, v);
+	f->drop = f->dup = f->reorder = 0.0;
+	if (!strcasecmp(buf, "off") || buf[0] == '\0')
+		return 0;
+	char *save = NULL;
+	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(tok, '=');
+		if (!eq)
+			return -1;
+		*eq = '\0';
+		const char *key = tok, *val = eq + 1;
+		if (!strcmp(key, "drop")) {
+			if (parse_prob(val, &f->drop))
+				return -1;
+		} else if (!strcmp(key, "dup")) {
+			if (parse_prob(val, &f->dup))
+				return -1;
+		} else if (!strcmp(key, "reorder")) {
+			if (parse_prob(val, &f->reorder))
+				return -1;
+		} else if (!strcmp(key, "seed")) {
+			char *end;
+			errno = 0;
+			unsigned long long s = strtoull(val, &end, 10);
+			if (errno || end == val || *end)
+				return -1;
+			f->seed = s;
+		} else {
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int copy_string(const char *v, char *dst, size_t cap)
+{
+	size_t n = strlen(v);
+	if (n >= cap)
+		return -1;
+	memcpy(dst, v, n + 1);
+	return 0;
+}
+
+int ferry_config_set(struct ferry_config *cfg, const char *name, const char *v, char *err,
+		     size_t errlen)
+{
+	unsigned long u;
+	bool b;
+
+	if (!strcmp(name, "FERRY_ENABLE")) {
+		if (parse_bool(v, &b))
+			return refuse(err, errlen, name, v, "1|0|on|off|yes|no|true|false");
+		cfg->enable = b;
+	} else if (!strcmp(name, "FERRY_TRANSPORT")) {
+		if (!strcmp(v, "auto"))
+			cfg->transport = FERRY_TRANSPORT_AUTO;
+		else if (!strcmp(v, "udp"))
+			cfg->transport = FERRY_TRANSPORT_UDP;
+		else if (!strcmp(v, "ib"))
+			cfg->transport = FERRY_TRANSPORT_IB;
+		else if (!strcmp(v, "softib"))
+			cfg->transport = FERRY_TRANSPORT_SOFTIB;
+		else if (!strcmp(v, "test"))
+			cfg->transport = FERRY_TRANSPORT_TEST;
+		else
+			return refuse(err, errlen, name, v, "auto|udp|ib|softib");
+	} else if (!strcmp(name, "FERRY_PORTS")) {
+		if (parse_ports(v, cfg))
+			return refuse(err, errlen, name, v,
+				      "all, or a comma list of ports and ranges such as 6379,11000-11999");
+	} else if (!strcmp(name, "FERRY_SPIN_US")) {
+		if (parse_uint(v, 0, 1000000, &u))
+			return refuse(err, errlen, name, v, "microseconds from 0 to 1000000");
+		cfg->spin_us = (unsigned)u;
+	} else if (!strcmp(name, "FERRY_PEERS")) {
+		if (copy_string(v, cfg->peers, sizeof(cfg->peers)))
+			return refuse(err, errlen, name, v, "host:port[,host:port...] under 1024 bytes");
+	} else if (!strcmp(name, "FERRY_LOG")) {
+		if (!strcmp(v, "error"))
+			cfg->log_level = FERRY_LOG_ERROR;
+		else if (!strcmp(v, "warn"))
+			cfg->log_level = FERRY_LOG_WARN;
+		else if (!strcmp(v, "info"))
+			cfg->log_level = FERRY_LOG_INFO;
+		else if (!strcmp(v, "debug"))
+			cfg->log_level = FERRY_LOG_DEBUG;
+		else
+			return refuse(err, errlen, name, v, "error|warn|info|debug");
+	} else if (!strcmp(name, "FERRY_LOG_FILE")) {
+		if (copy_string(v, cfg->log_file, sizeof(cfg->log_file)))
+			return refuse(err, errlen, name, v, "a path under 512 bytes");
+	} else if (!strcmp(name, "FERRY_STATS")) {
+		if (copy_string(v, cfg->stats_path, sizeof(cfg->stats_path)))
+			return refuse(err, errlen, name, v, "a path under 512 bytes (%p = pid)");
+	} else if (!strcmp(name, "FERRY_SLOTS")) {
+		if (parse_uint(v, 1, 64, &u))
+			return refuse(err, errlen, name, v, "1 to 64 requests in flight per session direction");
+		cfg->session_slots = (unsigned)u;
+	} else if (!strcmp(name, "FERRY_CREDITS")) {
+		if (parse_uint(v, 1, 1024, &u))
+			return refuse(err, errlen, name, v, "1 to 1024 packets in flight per session direction");
+		cfg->session_credits = (unsigned)u;
+	} else if (!strcmp(name, "FERRY_RTO_US")) {
+		if (parse_uint(v, 50, 10000000, &u))
+			return refuse(err, errlen, name, v, "microseconds from 50 to 10000000");
+		cfg->rto_us = (unsigned)u;
+	} else if (!strcmp(name, "FERRY_FAILURE_TIMEOUT_MS")) {
+		if (parse_uint(v, 10, 3600000, &u))
+			return refuse(err, errlen, name, v, "milliseconds from 10 to 3600000");
+		cfg->failure_timeout_ms = (unsigned)u;
+	} else if (!strcmp(name, "FERRY_HEARTBEAT_MS")) {
+		if (parse_uint(v, 1, 600000, &u))
+			return refuse(err, errlen, name, v, "milliseconds from 1 to 600000");
+		cfg->heartbeat_ms = (unsigned)u;
+	} else if (!strcmp(name, "FERRY_CONNECT_TIMEOUT_MS")) {
+		if (parse_uint(v, 1, 600000, &u))
+			return refuse(err, errlen, name, v, "milliseconds from 1 to 600000");
+		cfg->connect_timeout_ms = (unsigned)u;
+	} else if (!strcmp(name, "FERRY_MTU")) {
+		if (parse_uint(v, 0, 65507, &u) || (u != 0 && u < 256))
+			return refuse(err, errlen, name, v, "0 (path MTU) or bytes from 256 to 65507");
+		cfg->mtu = (unsigned)u;
+	} else if (!strcmp(name, "FERRY_CC")) {
+		if (parse_bool(v, &b))
+			return refuse(err, errlen, name, v, "1|0|on|off");
+		cfg->congestion_control = b;
+	} else if (!strcmp(name, "FERRY_LINK_GBPS")) {
+		if (parse_uint(v, 1, 800, &u))
+			return refuse(err, errlen, name, v, "whole Gbit/s from 1 to 800");
+		cfg->link_gbps = (double)u;
+	} else if (!strcmp(name, "FERRY_FAULT")) {
+		if (parse_fault(v, &cfg->fault))
+			return refuse(err, errlen, name, v,
+				      "off, or drop=P,dup=P,reorder=P,seed=N with probabilities in [0,1]");
+	} else if (!strcmp(name, "FERRY_DEVICE")) {
+		if (copy_string(v, cfg->device, sizeof(cfg->device)))
+			return refuse(err, errlen, name, v, "a verbs device name under 64 bytes");
+	} else if (!strcmp(name, "FERRY_IB_PORT")) {
+		if (parse_uint(v, 0, 255, &u))
+			return refuse(err, errlen, name, v, "a port number from 1 to 255, or 0 for the first active");
+		cfg->ib_port = (unsigned)u;
+	} else if (!strcmp(name, "FERRY_GID_INDEX")) {
+		if (!strcmp(v, "auto"))
+			cfg->gid_index = -1;
+		else if (parse_uint(v, 0, 255, &u))
+			return refuse(err, errlen, name, v, "auto or a GID table index from 0 to 255");
+		else
+			cfg->gid_index = (int)u;
+	} else if (!strcmp(name, "FERRY_SOFTIB_FABRIC")) {
+		if (copy_string(v, cfg->softib_fabric, sizeof(cfg->softib_fabric)) ||
+		    strchr(v, '/'))
+			return refuse(err, errlen, name, v, "a name without '/' under 128 bytes");
+	} else {
+		if (err && errlen)
+			snprintf(err, errlen, "%s is not a ferry variable (see README, Configuration)",
+				 name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Variables that tools and tests use but that do not configure the library. */
+static bool ignored_name(const char *name)
+{
+	return !strncmp(name, "FERRY_TEST_", 11) || !strcmp(name, "FERRY_LIB");
+}
+
+int ferry_config_from_env(struct ferry_config *cfg, char *err, size_t errlen)
+{
+	ferry_config_defaults(cfg);
+	for (char **e = environ; e && *e; e++) {
+		if (strncmp(*e, "FERRY_", 6))
+			continue;
+		const char *eq = strchr(*e, '=');
+		if (!eq)
+			continue;
+		char name[64];
+		size_t n = (size_t)(eq - *e);
+		if (n >= sizeof(name)) {
+			if (err && errlen)
+				snprintf(err, errlen, "%.40s... is not a ferry variable", *e);
+			return -EINVAL;
+		}
+		memcpy(name, *e, n);
+		name[n] = '\0';
+		if (ignored_name(name))
+			continue;
+		int rc = ferry_config_set(cfg, name, eq + 1, err, errlen);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+bool ferry_config_port_allowed(const struct ferry_config *cfg, uint16_t port)
+{
+	if (cfg->n_port_ranges == 0)
+		return true;
+	for (unsigned i = 0; i < cfg->n_port_ranges; i++)
+		if (port >= cfg->ports[i].lo && port <= cfg->ports[i].hi)
+			return true;
+	return false;
+}
+
+const char *ferry_transport_name(enum ferry_transport_kind kind)
+{
+	switch (kind) {
+	case FERRY_TRANSPORT_AUTO: return "auto";
+	case FERRY_TRANSPORT_UDP: return "udp";
+	case FERRY_TRANSPORT_IB: return "ib";
+	case FERRY_TRANSPORT_SOFTIB: return "softib";
+	case FERRY_TRANSPORT_TEST: return "test";
+	}
+	return "?";
+}

@@ -1,0 +1,83 @@
+/* Process-wide ferry settings, read once from FERRY_* environment variables. */
+#ifndef FERRY_CONFIG_H
+#define FERRY_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum ferry_transport_kind {
+	FERRY_TRANSPORT_AUTO,
+	FERRY_TRANSPORT_UDP,
+	FERRY_TRANSPORT_IB,
+	FERRY_TRANSPORT_SOFTIB,
+	FERRY_TRANSPORT_TEST, /* in-process test nic, for protocol tests only */
+};
+
+enum ferry_log_level {
+	FERRY_LOG_ERROR,
+	FERRY_LOG_WARN,
+	FERRY_LOG_INFO,
+	FERRY_LOG_DEBUG,
+};
+
+#define FERRY_PORT_RANGES_MAX 32
+struct ferry_port_range {
+	uint16_t lo, hi;
+};
+
+/* Test-only fault injection on the receive path (FERRY_FAULT). */
+struct ferry_fault_config {
+	double drop, dup, reorder; /* probabilities in [0, 1] */
+	uint64_t seed;
+};
+
+struct ferry_config {
+	bool enable;                        /* FERRY_ENABLE */
+	enum ferry_transport_kind transport; /* FERRY_TRANSPORT */
+	unsigned n_port_ranges;             /* FERRY_PORTS; 0 ranges = all ports */
+	struct ferry_port_range ports[FERRY_PORT_RANGES_MAX];
+	unsigned spin_us;                   /* FERRY_SPIN_US */
+	char peers[1024];                   /* FERRY_PEERS, "host:port,..." */
+	enum ferry_log_level log_level;     /* FERRY_LOG */
+	char log_file[512];                 /* FERRY_LOG_FILE */
+	char stats_path[512];               /* FERRY_STATS */
+
+	unsigned session_slots;             /* FERRY_SLOTS: requests in flight per direction */
+	unsigned session_credits;           /* FERRY_CREDITS: packets in flight per direction */
+	unsigned rto_us;                    /* FERRY_RTO_US: retransmission timeout */
+	unsigned failure_timeout_ms;        /* FERRY_FAILURE_TIMEOUT_MS */
+	unsigned heartbeat_ms;              /* FERRY_HEARTBEAT_MS */
+	unsigned connect_timeout_ms;        /* FERRY_CONNECT_TIMEOUT_MS: rendezvous answer */
+	unsigned mtu;                       /* FERRY_MTU: packet size; 0 = path MTU */
+	bool congestion_control;            /* FERRY_CC: Timely + pacing */
+	double link_gbps;                   /* FERRY_LINK_GBPS: Timely's line rate */
+	struct ferry_fault_config fault;    /* FERRY_FAULT */
+
+	char device[64];                    /* FERRY_DEVICE: verbs device name, "" = first */
+	unsigned ib_port;                   /* FERRY_IB_PORT: 0 = first active */
+	int gid_index;                      /* FERRY_GID_INDEX: -1 = scan */
+	char softib_fabric[128];            /* FERRY_SOFTIB_FABRIC */
+};
+
+/* Fills *cfg with defaults. */
+void ferry_config_defaults(struct ferry_config *cfg);
+
+/*
+ * Reads every FERRY_* variable over the defaults. On a value it cannot use it
+ * returns -EINVAL and writes into err a message naming the variable and what
+ * it accepts; unknown FERRY_* names are also refused, so typos do not pass
+ * silently. Does not allocate, so it is safe early in a preloaded process.
+ */
+int ferry_config_from_env(struct ferry_config *cfg, char *err, size_t errlen);
+
+/* Parses one variable's value as if it came from the environment (tests). */
+int ferry_config_set(struct ferry_config *cfg, const char *name, const char *value,
+		     char *err, size_t errlen);
+
+/* Whether a TCP port passes FERRY_PORTS. */
+bool ferry_config_port_allowed(const struct ferry_config *cfg, uint16_t port);
+
+const char *ferry_transport_name(enum ferry_transport_kind kind);
+
+#endif

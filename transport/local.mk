@@ -1,0 +1,13 @@
+# transport/: the RPC transport and its datapaths, linked into every binary
+# through the libferry_core convenience library (with mgmt/).
+noinst_LTLIBRARIES += libferry_core.la
+libferry_core_la_CFLAGS = $(AM_CFLAGS) -fPIC
+libferry_core_la_LIBADD = $(IBVERBS_LIBS) $(CAP_LIBS) $(PTHREAD_LIBS)
+libferry_core_la_SOURCES = \
+	transport/clock.h \
+	transport/config.c transport/config.h \
+	transport/log.c transport/log.h \
+	transport/stats.c transport/stats.h \
+	transport/pkthdr.c transport/pkthdr.h \
+	transport/msgbuf.c transport/msgbuf.h
+libferry_core_la_SOURCES += transport/nic.h transport/rpc.h transport/timing_wheel.h transport/timely.h

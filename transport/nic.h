@@ -1,0 +1,166 @@
+/*
+ * The datapath interface under the RPC layer: a nic moves whole packets
+ * (header + payload) to and from peers named by opaque routes. Back-ends:
+ * nic_udp.c (kernel UDP), nic_ib.c (UD verbs, on real RDMA or on softib) and
+ * nic_test.c (in-process, for protocol tests). Callers never test which one
+ * they hold; they use the wrappers at the bottom of this file.
+ *
+ * A nic is single-threaded: its owner (one rpc endpoint, under that
+ * endpoint's lock) makes every call.
+ */
+#ifndef FERRY_NIC_H
+#define FERRY_NIC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct ferry_config;
+struct ferry_stats;
+
+/* Where an endpoint can be reached; exchanged at session setup, opaque above the nic. */
+#define NIC_ROUTE_BYTES 46
+struct nic_route {
+	uint8_t kind; /* enum ferry_transport_kind of the nic that made it */
+	uint8_t len;  /* bytes used in data */
+	uint8_t data[NIC_ROUTE_BYTES];
+};
+_Static_assert(sizeof(struct nic_route) == 48, "nic_route crosses the wire");
+
+/* A resolved route: sockaddr for udp, address handle + QPN + QKey for ib. */
+struct nic_peer;
+
+/* A registered memory region (see nic_reg_mem). */
+struct nic_mr {
+	uint32_t lkey;
+	void *handle;
+};
+
+/* One gather element of an outgoing packet. */
+struct nic_sge {
+	const void *addr;
+	uint32_t len;
+	uint32_t lkey;
+};
+
+/*
+ * One outgoing packet: the concatenation of sge[0..nsge). sge[0] always
+ * starts with the packet header. The memory must stay untouched until
+ * nic_flush() returns or the owner otherwise knows the send completed.
+ */
+struct nic_tx {
+	struct nic_peer *peer;
+	uint8_t nsge; /* 1 or 2 */
+	struct nic_sge sge[2];
+};
+
+/* One received packet, pointing into a receive buffer the nic owns. */
+struct nic_rx {
+	uint8_t *pkt;  /* starts with the packet header */
+	uint32_t len;  /* bytes received */
+	void *buf;     /* give back with nic_post_recvs() when done */
+};
+
+struct nic;
+
+struct nic_ops {
+	/* Queues up to n packets; returns how many were accepted (the rest are
+	 * not sent: the caller treats them as lost). Never blocks. */
+	unsigned (*tx_burst)(struct nic *nic, const struct nic_tx *pkts, unsigned n);
+	/* Returns up to max received packets; never blocks. */
+	unsigned (*rx_burst)(struct nic *nic, struct nic_rx *out, unsigned max);
+	/* Returns receive buffers taken by rx_burst, in any order. */
+	void (*post_recvs)(struct nic *nic, void *const *bufs, unsigned n);
+	/* Waits until the nic holds no reference to any memory passed to tx_burst. */
+	void (*flush)(struct nic *nic);
+	/* An fd that polls readable when packets may be waiting (after arm_notify). */
+	int (*notify_fd)(const struct nic *nic);
+	/* Prepares the fd for sleeping; returns 1 if packets are already waiting
+	 * (do not sleep), 0 if the caller may sleep on notify_fd, -errno. Drains
+	 * any pending notification events itself. */
+	int (*arm_notify)(struct nic *nic);
+	/* Registers memory the nic will read from in tx_burst (and pins it if the
+	 * nic needs that). Returns 0 or -errno. */
+	int (*reg_mem)(struct nic *nic, void *addr, size_t len, struct nic_mr *out);
+	void (*dereg_mem)(struct nic *nic, struct nic_mr *mr);
+	/* Whether reg_mem locks pages (so RLIMIT_MEMLOCK applies). */
+	bool (*pins_memory)(const struct nic *nic);
+	/* This nic's own route, to send to peers at session setup. */
+	void (*local_route)(const struct nic *nic, struct nic_route *out);
+	/* Completes a peer's route with what the management channel saw of it
+	 * (udp routes carry a port only; the host comes from here). */
+	void (*route_fixup)(const struct nic *nic, struct nic_route *route,
+			    const struct sockaddr *seen, socklen_t seen_len);
+	int (*peer_create)(struct nic *nic, const struct nic_route *route, struct nic_peer **out);
+	void (*peer_destroy)(struct nic *nic, struct nic_peer *peer);
+	/* Human-readable route, for logs. */
+	void (*route_format)(const struct nic_route *route, char *buf, size_t cap);
+	void (*close)(struct nic *nic);
+};
+
+struct nic {
+	const struct nic_ops *ops;
+	const char *name;           /* "udp", "ib", "softib", "test" */
+	uint32_t max_pkt_size;      /* bytes per packet on the wire, header included */
+	struct ferry_stats *stats;  /* counters the nic may bump (drops, pkts) */
+};
+
+/*
+ * Opens the datapath cfg->transport names (auto: ib when a verbs device is
+ * usable, else udp). On failure returns NULL, sets *err to -errno and writes a
+ * message that says what to change into msg.
+ */
+struct nic *nic_open(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
+		     char *msg, size_t msglen);
+
+/* Back-end constructors, for nic_open and for tests that want one directly. */
+struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
+			 char *msg, size_t msglen);
+/* softib selects compat/softib's device instead of libibverbs' device list. */
+struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stats, bool softib,
+			int *err, char *msg, size_t msglen);
+
+static inline unsigned nic_tx_burst(struct nic *n, const struct nic_tx *p, unsigned c)
+{
+	return n->ops->tx_burst(n, p, c);
+}
+static inline unsigned nic_rx_burst(struct nic *n, struct nic_rx *o, unsigned max)
+{
+	return n->ops->rx_burst(n, o, max);
+}
+static inline void nic_post_recvs(struct nic *n, void *const *bufs, unsigned c)
+{
+	n->ops->post_recvs(n, bufs, c);
+}
+static inline void nic_flush(struct nic *n) { n->ops->flush(n); }
+static inline int nic_notify_fd(const struct nic *n) { return n->ops->notify_fd(n); }
+static inline int nic_arm_notify(struct nic *n) { return n->ops->arm_notify(n); }
+static inline int nic_reg_mem(struct nic *n, void *a, size_t l, struct nic_mr *mr)
+{
+	return n->ops->reg_mem(n, a, l, mr);
+}
+static inline void nic_dereg_mem(struct nic *n, struct nic_mr *mr) { n->ops->dereg_mem(n, mr); }
+static inline bool nic_pins_memory(const struct nic *n) { return n->ops->pins_memory(n); }
+static inline void nic_local_route(const struct nic *n, struct nic_route *r)
+{
+	n->ops->local_route(n, r);
+}
+static inline void nic_route_fixup(const struct nic *n, struct nic_route *r,
+				   const struct sockaddr *seen, socklen_t len)
+{
+	n->ops->route_fixup(n, r, seen, len);
+}
+static inline int nic_peer_create(struct nic *n, const struct nic_route *r, struct nic_peer **p)
+{
+	return n->ops->peer_create(n, r, p);
+}
+static inline void nic_peer_destroy(struct nic *n, struct nic_peer *p) { n->ops->peer_destroy(n, p); }
+static inline void nic_route_format(const struct nic *n, const struct nic_route *r, char *b,
+				    size_t cap)
+{
+	n->ops->route_format(r, b, cap);
+}
+static inline void nic_close(struct nic *n) { n->ops->close(n); }
+
+#endif

@@ -1,0 +1,130 @@
+/*
+ * An RPC endpoint (eRPC's Rpc): sessions to peer endpoints, request handlers
+ * by type, continuations, and the event loop that moves packets.
+ *
+ * Threading: an endpoint is single-threaded. Every function here except
+ * rpc_create/rpc_destroy/rpc_lock/rpc_trylock must be called with the
+ * endpoint's lock held. Handlers and continuations run inside rpc_run_once()
+ * with the lock held and may call any function here (enqueue, respond,
+ * alloc, free, session reset) but must not block.
+ *
+ * Errors are negative errno values.
+ */
+#ifndef FERRY_RPC_H
+#define FERRY_RPC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "transport/msgbuf.h"
+#include "transport/nic.h"
+
+struct ferry_config;
+struct ferry_stats;
+struct rpc;
+struct rpc_req;
+
+/*
+ * A request arrived. The request's msgbuf (rpc_req_msg) is valid only until
+ * the handler returns; the handle itself stays valid until rpc_respond(), so
+ * a handler may return and respond later (even after enqueueing requests of
+ * its own). The transport runs each request at most once: duplicates are
+ * answered from the saved response.
+ */
+typedef void (*rpc_handler_fn)(struct rpc *rpc, struct rpc_req *req, void *ctx);
+
+/*
+ * A request completed. status is 0 with resp the response (valid only during
+ * the call), or a negative errno with resp NULL: -ECONNRESET when the session
+ * was reset or its peer declared dead, -ENOTCONN when it closed. The request
+ * msgbuf passed to rpc_enqueue_request is the caller's again from this call on.
+ */
+typedef void (*rpc_cont_fn)(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag);
+
+enum rpc_session_event {
+	RPC_SESSION_UP,    /* routing installed, requests flow */
+	RPC_SESSION_RESET, /* peer dead or reset: pending requests completed with err */
+	RPC_SESSION_CLOSED /* closed by either side */
+};
+typedef void (*rpc_session_fn)(struct rpc *rpc, int session, enum rpc_session_event ev, int err,
+			       void *ctx);
+
+/*
+ * Creates an endpoint on an open nic (the endpoint then owns and closes it).
+ * cfg and stats must outlive the endpoint. Returns NULL with *err set and a
+ * message in msg.
+ */
+struct rpc *rpc_create(struct nic *nic, const struct ferry_config *cfg, struct ferry_stats *stats,
+		       int *err, char *msg, size_t msglen);
+/* Resets every session (continuations run with -ECONNRESET), frees everything. */
+void rpc_destroy(struct rpc *rpc);
+
+void rpc_lock(struct rpc *rpc);
+bool rpc_trylock(struct rpc *rpc);
+void rpc_unlock(struct rpc *rpc);
+
+/* Registers the handler for req_type (0..255). -EEXIST if one is there. */
+int rpc_register_handler(struct rpc *rpc, uint8_t req_type, rpc_handler_fn fn, void *ctx);
+void rpc_set_session_handler(struct rpc *rpc, rpc_session_fn fn, void *ctx);
+
+/* A msgbuf with room for size bytes (data_size = size), or NULL if size is
+ * over RPC_MAX_MSG_SIZE or memory ran out. */
+struct msgbuf *rpc_alloc_msg(struct rpc *rpc, uint32_t size);
+void rpc_free_msg(struct rpc *rpc, struct msgbuf *m);
+
+/*
+ * Sends req (req->data_size bytes) on session as a request of req_type and
+ * calls cont(tag) when the response arrives or the request fails. Never
+ * blocks: when the session's slots are all busy the request waits in the
+ * session's backlog. The transport owns req until cont runs.
+ * Returns 0, -ENOTCONN (no such session, or not up), -EMSGSIZE.
+ */
+int rpc_enqueue_request(struct rpc *rpc, int session, uint8_t req_type, struct msgbuf *req,
+			rpc_cont_fn cont, void *tag);
+
+const struct msgbuf *rpc_req_msg(const struct rpc_req *req);
+uint8_t rpc_req_type(const struct rpc_req *req);
+int rpc_req_session(const struct rpc_req *req);
+
+/* The buffer to write the response into, sized to size bytes (the slot's
+ * preallocated buffer when it fits). Owned by the transport. NULL on -ENOMEM
+ * or size over RPC_MAX_MSG_SIZE. Call at most once per request. */
+struct msgbuf *rpc_resp_msg(struct rpc *rpc, struct rpc_req *req, uint32_t size);
+/* Sends the response written into rpc_resp_msg's buffer; req is invalid after. */
+void rpc_respond(struct rpc *rpc, struct rpc_req *req);
+
+/* One pass of the event loop: receive, run handlers and continuations,
+ * transmit, check timers. Returns the number of packets handled. */
+unsigned rpc_run_once(struct rpc *rpc);
+/* Runs the event loop for at least us microseconds. */
+void rpc_run_for_us(struct rpc *rpc, uint64_t us);
+/* Whether any request is in flight or queued (timers must keep running). */
+bool rpc_busy(const struct rpc *rpc);
+
+/* Sleeping: rpc_arm_notify() then poll(rpc_notify_fd()) if it returned 0. */
+int rpc_notify_fd(const struct rpc *rpc);
+int rpc_arm_notify(struct rpc *rpc);
+
+/* --- Session management, for mgmt/ (lock held). --- */
+
+/* Allocates a session in state CONNECTING with the given token. Returns its
+ * number (>= 0) or -errno. */
+int rpc_session_create(struct rpc *rpc, uint64_t token);
+/*
+ * Installs the peer: its route (already fixed up), its session number, and
+ * the payload per packet both sides agreed on (>= RPC_MIN_PKT_DATA, <=
+ * rpc_max_pkt_data of both). The session is up afterwards.
+ */
+int rpc_session_connect(struct rpc *rpc, int session, const struct nic_route *peer,
+			uint16_t peer_session, uint32_t data_per_pkt);
+/* Fails every request pending on the session with err, then frees it. */
+void rpc_session_reset(struct rpc *rpc, int session, int err);
+bool rpc_session_is_up(const struct rpc *rpc, int session);
+uint64_t rpc_session_token(const struct rpc *rpc, int session);
+
+void rpc_local_route(const struct rpc *rpc, struct nic_route *out);
+struct nic *rpc_nic(const struct rpc *rpc);
+/* Payload bytes per packet this endpoint can send and receive. */
+uint32_t rpc_max_pkt_data(const struct rpc *rpc);
+
+#endif

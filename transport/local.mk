@@ -11,3 +11,4 @@ libferry_core_la_SOURCES = \
 	transport/pkthdr.c transport/pkthdr.h \
 	transport/msgbuf.c transport/msgbuf.h
 libferry_core_la_SOURCES += transport/nic.h transport/rpc.h transport/timing_wheel.h transport/timely.h
+libferry_core_la_SOURCES += transport/nic_test.c transport/nic_test.h

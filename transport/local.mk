@@ -12,3 +12,4 @@ libferry_core_la_SOURCES = \
 	transport/msgbuf.c transport/msgbuf.h
 libferry_core_la_SOURCES += transport/nic.h transport/rpc.h transport/timing_wheel.h transport/timely.h
 libferry_core_la_SOURCES += transport/nic_test.c transport/nic_test.h
+libferry_core_la_SOURCES += transport/timing_wheel.c transport/timely.c

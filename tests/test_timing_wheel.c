@@ -28,6 +28,7 @@ Test(wheel, create_rejects_zero_arguments)
 	cr_assert_null(wheel_create(SLOT, 0, 8, 0));
 	cr_assert_null(wheel_create(SLOT, 8, 0, 0));
 	cr_assert_null(wheel_create(SLOT, 8, UINT32_MAX, 0));
+	cr_assert_null(wheel_create(SLOT, (1u << 30) + 1, 8, 0));
 	wheel_destroy(NULL);
 }
 

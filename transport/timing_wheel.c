@@ -2,10 +2,11 @@
 #include "transport/timing_wheel.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <stdlib.h>
 
 #define WHEEL_NIL UINT32_MAX
+/* Ring indices and distances add in uint32_t; this keeps the sums exact. */
+#define WHEEL_MAX_SLOTS (1u << 30)
 
 /* Entries are linked by pool index, not pointer: half the size, and the
  * free list and the slot lists share one link field. */
@@ -35,7 +36,8 @@ struct timing_wheel {
 struct timing_wheel *wheel_create(uint64_t slot_ns, uint32_t n_slots, uint32_t capacity,
 				  uint64_t now_ns)
 {
-	if (slot_ns == 0 || n_slots == 0 || capacity == 0 || capacity >= WHEEL_NIL)
+	if (slot_ns == 0 || n_slots == 0 || n_slots > WHEEL_MAX_SLOTS || capacity == 0 ||
+	    capacity >= WHEEL_NIL)
 		return NULL;
 	struct timing_wheel *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -72,7 +74,7 @@ void wheel_destroy(struct timing_wheel *w)
 
 static uint32_t wheel_index_after(const struct timing_wheel *w, uint32_t dist)
 {
-	uint32_t idx = w->cur_idx + dist; /* both < n_slots: no overflow past 2^32 - 2 */
+	uint32_t idx = w->cur_idx + dist; /* both < n_slots <= 2^30 */
 	return idx >= w->n_slots ? idx - w->n_slots : idx;
 }
 

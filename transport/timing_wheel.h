@@ -45,7 +45,8 @@ struct timing_wheel;
 
 /* slot_ns: slot width; n_slots: horizon = slot_ns * n_slots; capacity:
  * entries in the pool; now_ns: the wheel's starting time. Returns NULL when
- * an argument is zero, capacity is UINT32_MAX or more, or memory runs out. */
+ * an argument is zero, n_slots exceeds 2^30, capacity is UINT32_MAX, or
+ * memory runs out. */
 struct timing_wheel *wheel_create(uint64_t slot_ns, uint32_t n_slots, uint32_t capacity,
 				  uint64_t now_ns);
 /* Frees the wheel and drops any entries still in it. NULL is a no-op. */

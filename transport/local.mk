@@ -13,3 +13,4 @@ libferry_core_la_SOURCES = \
 libferry_core_la_SOURCES += transport/nic.h transport/rpc.h transport/timing_wheel.h transport/timely.h
 libferry_core_la_SOURCES += transport/nic_test.c transport/nic_test.h
 libferry_core_la_SOURCES += transport/timing_wheel.c transport/timely.c
+libferry_core_la_SOURCES += transport/nic_udp.c transport/nic_udp.h

@@ -1,0 +1,376 @@
+/* The kernel UDP nic over loopback: bytes, bursts, buffer reuse, routes, foreign datagrams. */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "transport/config.h"
+#include "transport/nic.h"
+#include "transport/nic_udp.h"
+#include "transport/stats.h"
+
+struct pair {
+	struct ferry_config cfg;
+	struct ferry_stats sa, sb;
+	struct nic *a, *b;
+	struct nic_peer *a_to_b;
+	uint16_t b_port;
+};
+
+static struct nic *open_nic(const struct ferry_config *cfg, struct ferry_stats *st)
+{
+	char msg[256] = "";
+	int err = 0;
+	struct nic *n = nic_udp_open(cfg, st, &err, msg, sizeof(msg));
+	cr_assert_not_null(n, "nic_udp_open: %d %s", err, msg);
+	cr_assert_str_eq(n->name, "udp");
+	cr_assert_not(nic_pins_memory(n));
+	return n;
+}
+
+static const struct sockaddr_in loopback4 = {
+	.sin_family = AF_INET, .sin_port = 9, .sin_addr.s_addr = 0x0100007f /* 127.0.0.1 */};
+
+/* The port is the last number of "udp:[host]:port". */
+static uint16_t route_port(const struct nic *n, const struct nic_route *r)
+{
+	char buf[96];
+	nic_route_format(n, r, buf, sizeof(buf));
+	const char *colon = strrchr(buf, ':');
+	cr_assert_not_null(colon, "%s", buf);
+	return (uint16_t)atoi(colon + 1);
+}
+
+static void pair_open(struct pair *p, unsigned mtu)
+{
+	memset(p, 0, sizeof(*p));
+	ferry_config_defaults(&p->cfg);
+	p->cfg.mtu = mtu;
+	p->a = open_nic(&p->cfg, &p->sa);
+	p->b = open_nic(&p->cfg, &p->sb);
+	struct nic_route r;
+	nic_local_route(p->b, &r);
+	cr_assert_eq(r.kind, FERRY_TRANSPORT_UDP);
+	p->b_port = route_port(p->b, &r);
+	cr_assert_neq(p->b_port, 0);
+	nic_route_fixup(p->a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
+	cr_assert_eq(nic_peer_create(p->a, &r, &p->a_to_b), 0);
+}
+
+static void pair_close(struct pair *p)
+{
+	nic_peer_destroy(p->a, p->a_to_b);
+	nic_close(p->a);
+	nic_close(p->b);
+}
+
+/* Waits (briefly) for the nic's socket, then takes what is there. */
+static unsigned rx_wait(struct nic *n, struct nic_rx *out, unsigned max)
+{
+	for (int tries = 0; tries < 100; tries++) {
+		unsigned got = nic_rx_burst(n, out, max);
+		if (got)
+			return got;
+		if (nic_arm_notify(n) == 0) {
+			struct pollfd pfd = {.fd = nic_notify_fd(n), .events = POLLIN};
+			poll(&pfd, 1, 20);
+		}
+	}
+	return 0;
+}
+
+static uint8_t pattern(uint32_t seq, uint32_t i)
+{
+	return (uint8_t)(seq * 131 + i * 7 + (i >> 8));
+}
+
+static void fill(uint8_t *buf, uint32_t len, uint32_t seq)
+{
+	for (uint32_t i = 0; i < len; i++)
+		buf[i] = pattern(seq, i);
+}
+
+static void check(const struct nic_rx *rx, uint32_t len, uint32_t seq)
+{
+	cr_assert_eq(rx->len, len, "packet %u: %u bytes, sent %u", seq, rx->len, len);
+	for (uint32_t i = 0; i < len; i++)
+		cr_assert_eq(rx->pkt[i], pattern(seq, i), "packet %u byte %u", seq, i);
+}
+
+/* One packet as two sges: up to 32 header bytes, the rest from elsewhere. */
+static void make_tx(struct nic_tx *tx, struct nic_peer *to, const uint8_t *buf, uint32_t len,
+		    uint8_t *split_copy)
+{
+	uint32_t h = len < 32 ? len : 32;
+	memcpy(split_copy, buf, h);
+	*tx = (struct nic_tx){.peer = to, .nsge = 2};
+	tx->sge[0] = (struct nic_sge){.addr = split_copy, .len = h};
+	tx->sge[1] = (struct nic_sge){.addr = buf + h, .len = len - h};
+}
+
+Test(nic_udp, defaults_to_max_udp_payload)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	struct ferry_stats st = {0};
+	struct nic *n = open_nic(&cfg, &st);
+	cr_assert_eq(n->max_pkt_size, 65507);
+	cr_assert_geq(nic_notify_fd(n), 0);
+	cr_assert_eq(nic_arm_notify(n), 0);
+	char mem[64];
+	struct nic_mr mr = {.lkey = 99};
+	cr_assert_eq(nic_reg_mem(n, mem, sizeof(mem), &mr), 0);
+	cr_assert_eq(mr.lkey, 0);
+	nic_dereg_mem(n, &mr);
+	nic_close(n);
+	cfg.mtu = 1500;
+	n = open_nic(&cfg, &st);
+	cr_assert_eq(n->max_pkt_size, 1500);
+	nic_close(n);
+}
+
+Test(nic_udp, every_size_arrives_intact_from_two_sges, .timeout = 60)
+{
+	struct pair p;
+	pair_open(&p, 0);
+	const uint32_t max = p.a->max_pkt_size;
+	const uint32_t sizes[] = {1, 2, 31, 32, 33, 100, 1024, 1472, 1473, 4096, 8999, 9000,
+				  32768, 65000, max - 1, max};
+	uint8_t *buf = malloc(max);
+	uint8_t head[32];
+	for (uint32_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		fill(buf, sizes[s], s);
+		struct nic_tx tx;
+		make_tx(&tx, p.a_to_b, buf, sizes[s], head);
+		cr_assert_eq(nic_tx_burst(p.a, &tx, 1), 1, "size %u", sizes[s]);
+		nic_flush(p.a);
+		memset(buf, 0, sizes[s]); /* flush returned: the nic holds no reference */
+		struct nic_rx rx;
+		cr_assert_eq(rx_wait(p.b, &rx, 1), 1, "size %u never arrived", sizes[s]);
+		check(&rx, sizes[s], s);
+		nic_post_recvs(p.b, &rx.buf, 1);
+	}
+	free(buf);
+	cr_assert_eq(nic_udp_tx_failures(p.a), 0);
+	cr_assert_eq(p.sb.drops, 0);
+	pair_close(&p);
+}
+
+Test(nic_udp, burst_of_64_in_one_call, .timeout = 30)
+{
+	struct pair p;
+	pair_open(&p, 0);
+	enum { N = 64, LEN = 700 };
+	static uint8_t bufs[N][LEN], heads[N][32];
+	struct nic_tx tx[N];
+	for (uint32_t i = 0; i < N; i++) {
+		fill(bufs[i], LEN - i, i);
+		make_tx(&tx[i], p.a_to_b, bufs[i], LEN - i, heads[i]);
+	}
+	cr_assert_eq(nic_tx_burst(p.a, tx, N), N);
+	struct nic_rx rx[N];
+	unsigned got = 0;
+	while (got < N) {
+		unsigned n = rx_wait(p.b, rx + got, N - got);
+		cr_assert_gt(n, 0, "only %u of %u arrived", got, N);
+		got += n;
+	}
+	for (uint32_t i = 0; i < N; i++) {
+		check(&rx[i], LEN - i, i); /* loopback keeps order */
+		nic_post_recvs(p.b, &rx[i].buf, 1);
+	}
+	pair_close(&p);
+}
+
+Test(nic_udp, returned_buffers_are_reused_in_any_order, .timeout = 30)
+{
+	struct pair p;
+	pair_open(&p, 2048);
+	enum { SENT = 400, LEN = 64 };
+	static uint8_t bufs[SENT][LEN], heads[SENT][32];
+	static struct nic_tx tx[SENT];
+	for (uint32_t i = 0; i < SENT; i++) {
+		fill(bufs[i], LEN, i);
+		make_tx(&tx[i], p.a_to_b, bufs[i], LEN, heads[i]);
+	}
+	cr_assert_eq(nic_tx_burst(p.a, tx, SENT), SENT);
+
+	/* Take packets without returning any until the nic runs out of buffers. */
+	static struct nic_rx held[SENT];
+	unsigned n = rx_wait(p.b, held, SENT);
+	cr_assert_gt(n, 0);
+	for (unsigned got; (got = nic_rx_burst(p.b, held + n, SENT - n)) > 0;)
+		n += got;
+	cr_assert_lt(n, SENT, "the nic owns fewer buffers than packets sent");
+	struct pollfd pfd = {.fd = nic_notify_fd(p.b), .events = POLLIN};
+	cr_assert_eq(poll(&pfd, 1, 0), 1, "the rest waits in the socket");
+	struct nic_rx none;
+	cr_assert_eq(nic_rx_burst(p.b, &none, 1), 0, "no buffer: nothing is overwritten");
+	for (unsigned i = 0; i < n; i++)
+		check(&held[i], LEN, i);
+
+	/* Give back every third buffer, last first. */
+	void *back[SENT];
+	unsigned nback = 0;
+	for (unsigned i = n; i-- > 0;)
+		if (i % 3 == 0)
+			back[nback++] = held[i].buf;
+	nic_post_recvs(p.b, back, nback);
+	struct nic_rx more[SENT];
+	unsigned m = 0;
+	for (unsigned got; (got = nic_rx_burst(p.b, more + m, SENT - m)) > 0;)
+		m += got;
+	cr_assert_eq(m, nback < SENT - n ? nback : SENT - n);
+	for (unsigned i = 0; i < m; i++) {
+		check(&more[i], LEN, n + i);
+		bool reused = false;
+		for (unsigned j = 0; j < nback; j++)
+			reused |= more[i].buf == back[j];
+		cr_assert(reused, "packet %u landed in a buffer that was not returned", n + i);
+	}
+	/* The buffers still held were not touched. */
+	for (unsigned i = 0; i < n; i++)
+		if (i % 3)
+			check(&held[i], LEN, i);
+	for (unsigned i = 0; i < n; i++)
+		if (i % 3)
+			nic_post_recvs(p.b, &held[i].buf, 1);
+	for (unsigned i = 0; i < m; i++)
+		nic_post_recvs(p.b, &more[i].buf, 1);
+	pair_close(&p);
+}
+
+Test(nic_udp, route_fixup_fills_only_a_wildcard_host)
+{
+	struct pair p;
+	pair_open(&p, 0);
+	struct nic_route r;
+	char want[96], got[96];
+	nic_local_route(p.b, &r);
+	nic_route_format(p.b, &r, got, sizeof(got));
+	bool v6 = strncmp(got, "udp:[::]:", 9) == 0;
+	cr_assert(v6 || strncmp(got, "udp:[0.0.0.0]:", 14) == 0, "%s", got);
+
+	struct nic_peer *peer;
+	cr_assert_eq(nic_peer_create(p.a, &r, &peer), -EDESTADDRREQ, "no host yet");
+	nic_route_fixup(p.a, &r, NULL, 0);
+	cr_assert_eq(nic_peer_create(p.a, &r, &peer), -EDESTADDRREQ);
+
+	nic_route_fixup(p.a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
+	snprintf(want, sizeof(want), v6 ? "udp:[::ffff:127.0.0.1]:%u" : "udp:[127.0.0.1]:%u",
+		 p.b_port);
+	nic_route_format(p.a, &r, got, sizeof(got));
+	cr_assert_str_eq(got, want);
+
+	/* A host is kept, whatever the management channel saw later. */
+	struct sockaddr_in other = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x0a010203)};
+	nic_route_fixup(p.a, &r, (const struct sockaddr *)&other, sizeof(other));
+	nic_route_format(p.a, &r, got, sizeof(got));
+	cr_assert_str_eq(got, want);
+
+	if (v6) {
+		struct sockaddr_in6 lo6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+		nic_local_route(p.b, &r);
+		nic_route_fixup(p.a, &r, (const struct sockaddr *)&lo6, sizeof(lo6));
+		snprintf(want, sizeof(want), "udp:[::1]:%u", p.b_port);
+		nic_route_format(p.a, &r, got, sizeof(got));
+		cr_assert_str_eq(got, want);
+		/* And the v6 route works end to end. */
+		cr_assert_eq(nic_peer_create(p.a, &r, &peer), 0);
+		uint8_t pkt[40];
+		fill(pkt, sizeof(pkt), 7);
+		struct nic_tx tx = {.peer = peer, .nsge = 1, .sge = {{.addr = pkt, .len = 40}}};
+		cr_assert_eq(nic_tx_burst(p.a, &tx, 1), 1);
+		struct nic_rx rx;
+		cr_assert_eq(rx_wait(p.b, &rx, 1), 1);
+		check(&rx, 40, 7);
+		nic_post_recvs(p.b, &rx.buf, 1);
+		nic_peer_destroy(p.a, peer);
+	}
+	pair_close(&p);
+}
+
+Test(nic_udp, route_format_refuses_foreign_routes)
+{
+	struct pair p;
+	pair_open(&p, 0);
+	struct nic_route r;
+	char got[96];
+	nic_local_route(p.b, &r);
+	r.kind = FERRY_TRANSPORT_TEST;
+	nic_route_format(p.b, &r, got, sizeof(got));
+	cr_assert_str_eq(got, "udp:?");
+	struct nic_peer *peer;
+	cr_assert_eq(nic_peer_create(p.a, &r, &peer), -EAFNOSUPPORT);
+	nic_local_route(p.b, &r);
+	r.len = 3;
+	nic_route_format(p.b, &r, got, sizeof(got));
+	cr_assert_str_eq(got, "udp:?");
+	char tiny[8];
+	nic_local_route(p.b, &r);
+	nic_route_format(p.b, &r, tiny, sizeof(tiny));
+	cr_assert_eq(strlen(tiny), sizeof(tiny) - 1, "truncated, terminated");
+	pair_close(&p);
+}
+
+Test(nic_udp, any_datagram_arrives_as_a_packet)
+{
+	struct pair p;
+	pair_open(&p, 1500);
+	int s = socket(AF_INET, SOCK_DGRAM, 0);
+	cr_assert_geq(s, 0);
+	struct sockaddr_in to = loopback4;
+	to.sin_port = htons(p.b_port);
+	cr_assert_eq(sendto(s, "hello", 5, 0, (struct sockaddr *)&to, sizeof(to)), 5);
+	struct nic_rx rx;
+	cr_assert_eq(rx_wait(p.b, &rx, 1), 1);
+	cr_assert_eq(rx.len, 5);
+	cr_assert_eq(memcmp(rx.pkt, "hello", 5), 0);
+	nic_post_recvs(p.b, &rx.buf, 1);
+
+	/* Larger than the nic's packets: dropped and counted, not cut short. */
+	static uint8_t big[2000];
+	cr_assert_eq(sendto(s, big, sizeof(big), 0, (struct sockaddr *)&to, sizeof(to)),
+		     (ssize_t)sizeof(big));
+	cr_assert_eq(sendto(s, "x", 1, 0, (struct sockaddr *)&to, sizeof(to)), 1);
+	cr_assert_eq(rx_wait(p.b, &rx, 1), 1);
+	cr_assert_eq(rx.len, 1);
+	cr_assert_eq(p.sb.drop_size, 1);
+	cr_assert_eq(p.sb.drops, 1);
+	nic_post_recvs(p.b, &rx.buf, 1);
+	close(s);
+	pair_close(&p);
+}
+
+Test(nic_udp, hard_send_error_drops_one_packet_not_the_burst)
+{
+	struct pair p;
+	pair_open(&p, 0);
+	static uint8_t big[65508], small[3][16];
+	struct nic_tx tx[3];
+	for (int i = 0; i < 3; i++) {
+		fill(small[i], 16, (uint32_t)i);
+		tx[i] = (struct nic_tx){.peer = p.a_to_b, .nsge = 1, .sge = {{.addr = small[i], .len = 16}}};
+	}
+	/* One byte over the IPv4 UDP limit: the kernel says EMSGSIZE. */
+	tx[1].nsge = 2;
+	tx[1].sge[1] = (struct nic_sge){.addr = big, .len = sizeof(big) - 16};
+	cr_assert_eq(nic_tx_burst(p.a, tx, 3), 3);
+	cr_assert_eq(nic_udp_tx_failures(p.a), 1);
+	struct nic_rx rx[3];
+	unsigned n = rx_wait(p.b, rx, 3);
+	if (n < 2)
+		n += rx_wait(p.b, rx + n, 3 - n);
+	cr_assert_eq(n, 2);
+	check(&rx[0], 16, 0);
+	check(&rx[1], 16, 2);
+	nic_post_recvs(p.b, &rx[0].buf, 1);
+	nic_post_recvs(p.b, &rx[1].buf, 1);
+	pair_close(&p);
+}

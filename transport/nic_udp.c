@@ -1,0 +1,539 @@
+/* The kernel UDP nic: one non-blocking socket, batched with sendmmsg/recvmmsg. */
+#define _GNU_SOURCE /* sendmmsg, recvmmsg */
+#include "transport/nic_udp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "transport/config.h"
+#include "transport/log.h"
+#include "transport/pkthdr.h"
+#include "transport/stats.h"
+
+/* The largest UDP payload over IPv4 (65535 - 20 IP - 8 UDP); IPv6 allows 20
+ * more, but a dual-stack socket may be sending to a v4-mapped peer. */
+#define NIC_UDP_MAX_PAYLOAD 65507u
+/* Packets per sendmmsg/recvmmsg call. */
+#define NIC_UDP_BATCH 64u
+/* Receive buffers the nic owns. They are mapped, not touched up front, so a
+ * small packet commits one page of its 64 KB buffer, not all of it. */
+#define NIC_UDP_RX_BUFS 256u
+/* Socket buffer wanted each way: the rpc layer keeps up to 32 packets of
+ * 64 KB in flight per session; this holds two sessions' full windows. */
+#define NIC_UDP_SOCKBUF (4 * 1024 * 1024)
+
+/*
+ * Route data: [0] family of the host bytes (4 or 6), [1..2] port in network
+ * order, [3..6] IPv6 scope id little endian, [7..] host (4 or 16 bytes). A
+ * local route carries the wildcard host: the socket is bound to any address,
+ * so only the peer knows which one reached us (see route_fixup).
+ */
+#define UDP_ROUTE_HOST 7
+#define UDP_ROUTE_LEN4 (UDP_ROUTE_HOST + 4)
+#define UDP_ROUTE_LEN6 (UDP_ROUTE_HOST + 16)
+
+struct nic_peer {
+	union {
+		struct sockaddr sa;
+		struct sockaddr_in in;
+		struct sockaddr_in6 in6;
+	} addr;
+	socklen_t len;
+};
+
+struct nic_udp {
+	struct nic base;
+	int fd;
+	int family; /* AF_INET6 (dual stack) or AF_INET */
+	uint16_t port;
+	uint64_t tx_failures;
+
+	uint8_t *bufs; /* NIC_UDP_RX_BUFS buffers of stride bytes, mmap'ed */
+	size_t stride, map_len;
+	uint32_t free_stack[NIC_UDP_RX_BUFS];
+	unsigned nfree;
+	bool out[NIC_UDP_RX_BUFS]; /* held by the owner, to catch double returns */
+
+	struct mmsghdr rx_msgs[NIC_UDP_BATCH];
+	struct iovec rx_iov[NIC_UDP_BATCH];
+	uint32_t rx_idx[NIC_UDP_BATCH];
+	struct mmsghdr tx_msgs[NIC_UDP_BATCH];
+	struct iovec tx_iov[NIC_UDP_BATCH][2];
+};
+
+static struct nic_udp *nic_udp_of(struct nic *nic)
+{
+	return (struct nic_udp *)nic;
+}
+
+static const struct nic_udp *nic_udp_of_const(const struct nic *nic)
+{
+	return (const struct nic_udp *)nic;
+}
+
+static bool is_temporary(int err)
+{
+	return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS;
+}
+
+/* Sends pkts as msgs[0..k) built from them; returns how many the caller may
+ * count as accepted. */
+static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts, unsigned k,
+				   bool *full)
+{
+	for (unsigned i = 0; i < k; i++) {
+		const struct nic_tx *p = &pkts[i];
+		struct msghdr *h = &u->tx_msgs[i].msg_hdr;
+		for (unsigned s = 0; s < p->nsge; s++) {
+			u->tx_iov[i][s].iov_base = (void *)p->sge[s].addr;
+			u->tx_iov[i][s].iov_len = p->sge[s].len;
+		}
+		*h = (struct msghdr){.msg_name = &p->peer->addr, .msg_namelen = p->peer->len,
+				     .msg_iov = u->tx_iov[i], .msg_iovlen = p->nsge};
+	}
+	unsigned done = 0;
+	while (done < k) {
+		int r = sendmmsg(u->fd, u->tx_msgs + done, k - done, MSG_DONTWAIT);
+		if (r > 0) {
+			done += (unsigned)r;
+			continue;
+		}
+		int err = r < 0 ? errno : EAGAIN;
+		if (err == EINTR)
+			continue;
+		if (is_temporary(err)) {
+			/* The socket is full: what remains is not accepted, and
+			 * the caller's retransmission covers it. */
+			*full = true;
+			return done;
+		}
+		/*
+		 * A hard error belongs to this one destination (EMSGSIZE,
+		 * ENETUNREACH, EACCES from a firewall...). Stopping here would let
+		 * one bad peer stall every packet behind it, so the packet is
+		 * lost as if on the wire and the burst goes on.
+		 */
+		u->tx_failures++;
+		char dst[INET6_ADDRSTRLEN] = "?";
+		const struct nic_peer *peer = pkts[done].peer;
+		if (peer->addr.sa.sa_family == AF_INET6)
+			inet_ntop(AF_INET6, &peer->addr.in6.sin6_addr, dst, sizeof(dst));
+		else
+			inet_ntop(AF_INET, &peer->addr.in.sin_addr, dst, sizeof(dst));
+		ferry_log_once(FERRY_LOG_WARN, "udp: send to %s failed: %s (packet dropped)", dst,
+			       strerror(err));
+		done++;
+	}
+	return done;
+}
+
+static unsigned nic_udp_tx_burst(struct nic *nic, const struct nic_tx *pkts, unsigned n)
+{
+	struct nic_udp *u = nic_udp_of(nic);
+	unsigned sent = 0;
+	while (sent < n) {
+		unsigned k = n - sent < NIC_UDP_BATCH ? n - sent : NIC_UDP_BATCH;
+		bool full = false;
+		sent += nic_udp_send_chunk(u, pkts + sent, k, &full);
+		if (full) {
+			u->tx_failures += n - sent;
+			log_debug("udp: socket full, %u of %u packets not sent", n - sent, n);
+			break;
+		}
+	}
+	return sent;
+}
+
+static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned max)
+{
+	struct nic_udp *u = nic_udp_of(nic);
+	unsigned k = max < u->nfree ? max : u->nfree;
+	if (k > NIC_UDP_BATCH)
+		k = NIC_UDP_BATCH;
+	/* With every buffer out, datagrams wait in the socket (and past
+	 * SO_RCVBUF the kernel drops them) instead of overwriting held ones. */
+	if (k == 0)
+		return 0;
+	for (unsigned i = 0; i < k; i++) {
+		uint32_t b = u->free_stack[u->nfree - 1 - i];
+		u->rx_idx[i] = b;
+		u->rx_iov[i] = (struct iovec){.iov_base = u->bufs + (size_t)b * u->stride,
+					      .iov_len = nic->max_pkt_size};
+		u->rx_msgs[i].msg_hdr = (struct msghdr){.msg_iov = &u->rx_iov[i], .msg_iovlen = 1};
+	}
+	int r = recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
+	if (r <= 0) {
+		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			ferry_log_once(FERRY_LOG_WARN, "udp: recvmmsg failed: %s", strerror(errno));
+		return 0;
+	}
+	/* The first r candidates were filled; keep the good ones, and leave the
+	 * rest (and truncated ones) on the free stack. */
+	unsigned n = 0, keep = u->nfree - k;
+	for (unsigned i = 0; i < k; i++) {
+		uint32_t b = u->rx_idx[i];
+		if (i < (unsigned)r && !(u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC)) {
+			out[n].pkt = u->bufs + (size_t)b * u->stride;
+			out[n].len = u->rx_msgs[i].msg_len;
+			out[n].buf = out[n].pkt;
+			u->out[b] = true;
+			n++;
+			continue;
+		}
+		if (i < (unsigned)r && nic->stats)
+			stats_drop(nic->stats, size); /* larger than this nic's packets */
+		u->free_stack[keep++] = b;
+	}
+	u->nfree = keep;
+	return n;
+}
+
+static void nic_udp_post_recvs(struct nic *nic, void *const *bufs, unsigned n)
+{
+	struct nic_udp *u = nic_udp_of(nic);
+	for (unsigned i = 0; i < n; i++) {
+		size_t off = (size_t)((uint8_t *)bufs[i] - u->bufs);
+		size_t b = off / u->stride;
+		if ((uint8_t *)bufs[i] < u->bufs || off % u->stride || b >= NIC_UDP_RX_BUFS ||
+		    !u->out[b]) {
+			/* A foreign or twice-returned buffer would later hold two
+			 * packets at once; fail where the bug is. */
+			log_error("udp: post_recvs got a buffer it did not hand out (%p)", bufs[i]);
+			abort();
+		}
+		u->out[b] = false;
+		u->free_stack[u->nfree++] = (uint32_t)b;
+	}
+}
+
+/* sendmmsg copied the packets into the kernel before returning. */
+static void nic_udp_flush(struct nic *nic) {}
+
+static int nic_udp_notify_fd(const struct nic *nic)
+{
+	return nic_udp_of_const(nic)->fd;
+}
+
+/*
+ * The socket is level-triggered: poll returns at once while a datagram is
+ * queued, so the caller may always go to sleep and a MSG_PEEK here would only
+ * cost a system call. (A caller that holds every receive buffer will see the
+ * fd readable and rx_burst return 0 until it posts some back.)
+ */
+static int nic_udp_arm_notify(struct nic *nic)
+{
+	return 0;
+}
+
+/* Nothing to pin: the kernel copies from user memory on every send. */
+static int nic_udp_reg_mem(struct nic *nic, void *addr, size_t len, struct nic_mr *out)
+{
+	out->lkey = 0;
+	out->handle = NULL;
+	return 0;
+}
+
+static void nic_udp_dereg_mem(struct nic *nic, struct nic_mr *mr) {}
+
+static bool nic_udp_pins_memory(const struct nic *nic)
+{
+	return false;
+}
+
+static bool route_valid(const struct nic_route *r)
+{
+	return r->kind == FERRY_TRANSPORT_UDP &&
+	       ((r->data[0] == 4 && r->len == UDP_ROUTE_LEN4) ||
+		(r->data[0] == 6 && r->len == UDP_ROUTE_LEN6));
+}
+
+static const uint8_t v4mapped_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+static bool route_host_is_wildcard(const struct nic_route *r)
+{
+	const uint8_t *h = r->data + UDP_ROUTE_HOST;
+	size_t hl = r->data[0] == 4 ? 4 : 16;
+	if (hl == 16 && memcmp(h, v4mapped_prefix, 12) == 0) {
+		h += 12; /* ::ffff:0.0.0.0 is the v4 wildcard */
+		hl = 4;
+	}
+	for (size_t i = 0; i < hl; i++)
+		if (h[i])
+			return false;
+	return true;
+}
+
+static void route_set_host(struct nic_route *r, int family, const void *host, uint32_t scope)
+{
+	r->data[0] = family == AF_INET ? 4 : 6;
+	for (int i = 0; i < 4; i++)
+		r->data[3 + i] = (uint8_t)(scope >> (8 * i));
+	memcpy(r->data + UDP_ROUTE_HOST, host, family == AF_INET ? 4 : 16);
+	r->len = family == AF_INET ? UDP_ROUTE_LEN4 : UDP_ROUTE_LEN6;
+}
+
+static void nic_udp_local_route(const struct nic *nic, struct nic_route *out)
+{
+	const struct nic_udp *u = nic_udp_of_const(nic);
+	static const uint8_t any[16];
+	memset(out, 0, sizeof(*out));
+	out->kind = FERRY_TRANSPORT_UDP;
+	route_set_host(out, u->family, any, 0);
+	uint16_t port = htons(u->port);
+	memcpy(out->data + 1, &port, 2);
+}
+
+static void nic_udp_route_fixup(const struct nic *nic, struct nic_route *route,
+				const struct sockaddr *seen, socklen_t seen_len)
+{
+	const struct nic_udp *u = nic_udp_of_const(nic);
+	if (!route_valid(route) || !route_host_is_wildcard(route) || !seen)
+		return;
+	if (seen->sa_family == AF_INET && seen_len >= (socklen_t)sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)seen;
+		if (u->family == AF_INET6) {
+			uint8_t mapped[16];
+			memcpy(mapped, v4mapped_prefix, 12);
+			memcpy(mapped + 12, &in->sin_addr, 4);
+			route_set_host(route, AF_INET6, mapped, 0);
+		} else {
+			route_set_host(route, AF_INET, &in->sin_addr, 0);
+		}
+	} else if (seen->sa_family == AF_INET6 &&
+		   seen_len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)seen;
+		const uint8_t *a = in6->sin6_addr.s6_addr;
+		if (u->family == AF_INET && memcmp(a, v4mapped_prefix, 12) == 0)
+			route_set_host(route, AF_INET, a + 12, 0);
+		else
+			route_set_host(route, AF_INET6, a, in6->sin6_scope_id);
+	}
+}
+
+static int nic_udp_peer_create(struct nic *nic, const struct nic_route *route,
+			       struct nic_peer **out)
+{
+	const struct nic_udp *u = nic_udp_of(nic);
+	if (!route_valid(route))
+		return -EAFNOSUPPORT;
+	if (route_host_is_wildcard(route))
+		return -EDESTADDRREQ; /* route_fixup never saw the peer */
+	uint16_t port;
+	memcpy(&port, route->data + 1, 2);
+	if (port == 0)
+		return -EINVAL;
+	const uint8_t *host = route->data + UDP_ROUTE_HOST;
+	bool mapped = route->data[0] == 6 && memcmp(host, v4mapped_prefix, 12) == 0;
+	if (u->family == AF_INET && route->data[0] == 6 && !mapped)
+		return -EAFNOSUPPORT; /* an IPv6 peer, and this host has no IPv6 */
+
+	struct nic_peer *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	if (u->family == AF_INET6) {
+		p->addr.in6.sin6_family = AF_INET6;
+		p->addr.in6.sin6_port = port;
+		if (route->data[0] == 4) {
+			memcpy(p->addr.in6.sin6_addr.s6_addr, v4mapped_prefix, 12);
+			memcpy(p->addr.in6.sin6_addr.s6_addr + 12, host, 4);
+		} else {
+			memcpy(p->addr.in6.sin6_addr.s6_addr, host, 16);
+			const uint8_t *s = route->data + 3;
+			p->addr.in6.sin6_scope_id = (uint32_t)s[0] | (uint32_t)s[1] << 8 |
+						    (uint32_t)s[2] << 16 | (uint32_t)s[3] << 24;
+		}
+		p->len = sizeof(p->addr.in6);
+	} else {
+		p->addr.in.sin_family = AF_INET;
+		p->addr.in.sin_port = port;
+		memcpy(&p->addr.in.sin_addr, mapped ? host + 12 : host, 4);
+		p->len = sizeof(p->addr.in);
+	}
+	*out = p;
+	return 0;
+}
+
+static void nic_udp_peer_destroy(struct nic *nic, struct nic_peer *peer)
+{
+	free(peer);
+}
+
+static void nic_udp_route_format(const struct nic_route *route, char *buf, size_t cap)
+{
+	if (!route_valid(route)) {
+		snprintf(buf, cap, "udp:?");
+		return;
+	}
+	char host[INET6_ADDRSTRLEN];
+	int af = route->data[0] == 4 ? AF_INET : AF_INET6;
+	inet_ntop(af, route->data + UDP_ROUTE_HOST, host, sizeof(host));
+	uint16_t port;
+	memcpy(&port, route->data + 1, 2);
+	const uint8_t *s = route->data + 3;
+	uint32_t scope = (uint32_t)s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 |
+			 (uint32_t)s[3] << 24;
+	if (scope)
+		snprintf(buf, cap, "udp:[%s%%%u]:%u", host, scope, ntohs(port));
+	else
+		snprintf(buf, cap, "udp:[%s]:%u", host, ntohs(port));
+}
+
+static void nic_udp_free(struct nic_udp *u)
+{
+	if (u->fd >= 0)
+		close(u->fd);
+	if (u->bufs)
+		munmap(u->bufs, u->map_len);
+	free(u);
+}
+
+static void nic_udp_close(struct nic *nic)
+{
+	nic_udp_free(nic_udp_of(nic));
+}
+
+static const struct nic_ops nic_udp_ops = {
+	.tx_burst = nic_udp_tx_burst,
+	.rx_burst = nic_udp_rx_burst,
+	.post_recvs = nic_udp_post_recvs,
+	.flush = nic_udp_flush,
+	.notify_fd = nic_udp_notify_fd,
+	.arm_notify = nic_udp_arm_notify,
+	.reg_mem = nic_udp_reg_mem,
+	.dereg_mem = nic_udp_dereg_mem,
+	.pins_memory = nic_udp_pins_memory,
+	.local_route = nic_udp_local_route,
+	.route_fixup = nic_udp_route_fixup,
+	.peer_create = nic_udp_peer_create,
+	.peer_destroy = nic_udp_peer_destroy,
+	.route_format = nic_udp_route_format,
+	.close = nic_udp_close,
+};
+
+/* Dual-stack [::]:0 when the host has IPv6, else 0.0.0.0:0. Returns the fd or -errno. */
+static int nic_udp_socket(int *family)
+{
+	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		int off = 0;
+		struct sockaddr_in6 any = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+		if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) == 0 &&
+		    bind(fd, (struct sockaddr *)&any, sizeof(any)) == 0) {
+			*family = AF_INET6;
+			return fd;
+		}
+		close(fd);
+	}
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	struct sockaddr_in any4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+	if (bind(fd, (struct sockaddr *)&any4, sizeof(any4)) < 0) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	*family = AF_INET;
+	return fd;
+}
+
+/* Sets one socket buffer as large as allowed; returns what the kernel gave,
+ * in the units setsockopt takes (getsockopt reports double, for overhead). */
+static int nic_udp_grow_buffer(int fd, int force_opt, int opt)
+{
+	int want = NIC_UDP_SOCKBUF;
+	/* The FORCE variant ignores net.core.*mem_max but needs CAP_NET_ADMIN. */
+	if (setsockopt(fd, SOL_SOCKET, force_opt, &want, sizeof(want)) < 0)
+		setsockopt(fd, SOL_SOCKET, opt, &want, sizeof(want));
+	int got = 0;
+	socklen_t len = sizeof(got);
+	if (getsockopt(fd, SOL_SOCKET, opt, &got, &len) < 0)
+		return 0;
+	return got / 2;
+}
+
+static void nic_udp_size_buffers(int fd)
+{
+	int rcv = nic_udp_grow_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF);
+	int snd = nic_udp_grow_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF);
+	if (rcv < NIC_UDP_SOCKBUF || snd < NIC_UDP_SOCKBUF)
+		ferry_log_once(FERRY_LOG_WARN,
+			       "udp: socket buffers are %d KiB receive, %d KiB send; ferry wants %d KiB "
+			       "each or large messages will be dropped and resent. As root: sysctl -w "
+			       "net.core.rmem_max=%d net.core.wmem_max=%d",
+			       rcv / 1024, snd / 1024, NIC_UDP_SOCKBUF / 1024, NIC_UDP_SOCKBUF,
+			       NIC_UDP_SOCKBUF);
+}
+
+static struct nic *nic_udp_fail(struct nic_udp *u, int err, int *errp, char *msg, size_t msglen,
+				const char *what)
+{
+	if (errp)
+		*errp = err;
+	if (msg && msglen)
+		snprintf(msg, msglen, "udp nic: %s: %s", what, strerror(-err));
+	nic_udp_free(u);
+	return NULL;
+}
+
+struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
+			 char *msg, size_t msglen)
+{
+	struct nic_udp *u = calloc(1, sizeof(*u));
+	if (!u) {
+		if (err)
+			*err = -ENOMEM;
+		if (msg && msglen)
+			snprintf(msg, msglen, "udp nic: out of memory");
+		return NULL;
+	}
+	u->fd = -1;
+	u->base.ops = &nic_udp_ops;
+	u->base.name = "udp";
+	u->base.stats = stats;
+	unsigned mtu = cfg && cfg->mtu ? cfg->mtu : NIC_UDP_MAX_PAYLOAD;
+	if (mtu > NIC_UDP_MAX_PAYLOAD)
+		mtu = NIC_UDP_MAX_PAYLOAD;
+	if (mtu <= PKTHDR_SIZE)
+		return nic_udp_fail(u, -EINVAL, err, msg, msglen,
+				    "FERRY_MTU must leave room after the 32-byte packet header");
+	u->base.max_pkt_size = mtu;
+
+	int fd = nic_udp_socket(&u->family);
+	if (fd < 0)
+		return nic_udp_fail(u, fd, err, msg, msglen, "cannot open a UDP socket");
+	u->fd = fd;
+	struct sockaddr_storage ss;
+	socklen_t sslen = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *)&ss, &sslen) < 0)
+		return nic_udp_fail(u, -errno, err, msg, msglen, "getsockname");
+	u->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+						 : ((struct sockaddr_in *)&ss)->sin_port);
+	nic_udp_size_buffers(fd);
+
+	u->stride = ((size_t)mtu + 63) & ~(size_t)63;
+	u->map_len = u->stride * NIC_UDP_RX_BUFS;
+	void *m = mmap(NULL, u->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return nic_udp_fail(u, -errno, err, msg, msglen, "cannot map receive buffers");
+	u->bufs = m;
+	/* Low buffers on top, so light traffic keeps reusing the same few pages. */
+	for (unsigned i = 0; i < NIC_UDP_RX_BUFS; i++)
+		u->free_stack[i] = NIC_UDP_RX_BUFS - 1 - i;
+	u->nfree = NIC_UDP_RX_BUFS;
+	log_debug("udp nic: %s port %u, packets up to %u bytes",
+		  u->family == AF_INET6 ? "[::]" : "0.0.0.0", u->port, mtu);
+	return &u->base;
+}
+
+uint64_t nic_udp_tx_failures(const struct nic *nic)
+{
+	return nic_udp_of_const(nic)->tx_failures;
+}

@@ -37,20 +37,34 @@ uint16_t mgmt_listen_port(struct mgmt *m, const struct sockaddr *addr, socklen_t
 
 /*
  * Gets a session from rpc to the endpoint answering rendezvous at addr,
- * reusing a live one to that address. Blocks up to timeout_ms. Returns the
+ * reusing a live one to that address (concurrent calls for one address share
+ * one attempt). Blocks up to timeout_ms. Returns the
  * session number, -ECONNREFUSED when the port answered ICMP unreachable,
- * -ETIMEDOUT when nothing answered (a plain peer), -errno otherwise.
+ * -ETIMEDOUT when nothing answered (a plain peer), -EPROTONOSUPPORT when
+ * the peer runs another datapath, -errno otherwise. -EDEADLK when called
+ * on the management thread (from a done callback).
  */
 int mgmt_connect(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,
 		 unsigned timeout_ms);
 
 /* The same without blocking: done(ctx, session or -errno) runs later on the
- * management thread, without any rpc lock. Returns 0 or -errno. */
+ * management thread, without any rpc lock, exactly once (with -ECANCELED
+ * when mgmt_destroy comes first). done may call every function here except
+ * mgmt_connect and mgmt_destroy, and must not block. Returns 0 or -errno. */
 typedef void (*mgmt_connect_fn)(void *ctx, int session_or_err);
 int mgmt_connect_async(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr,
 		       socklen_t len, unsigned timeout_ms, mgmt_connect_fn done, void *ctx);
 
-/* Closes a session on both sides (the peer's side sees RPC_SESSION_CLOSED). */
+/* Closes a session on both sides (the peer's side sees RPC_SESSION_CLOSED):
+ * locally its pending requests complete with -ENOTCONN before this returns. */
 void mgmt_disconnect(struct mgmt *m, struct rpc *rpc, int session);
+
+/* Drops everything mgmt holds for rpc (listeners, connects in progress,
+ * sessions, closed on both sides); call before rpc_destroy when the
+ * management thread outlives the endpoint. */
+void mgmt_forget_rpc(struct mgmt *m, struct rpc *rpc);
+
+/* This process's random identity on the management channel. */
+uint64_t mgmt_uuid(const struct mgmt *m);
 
 #endif

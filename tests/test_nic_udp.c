@@ -8,12 +8,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "transport/config.h"
 #include "transport/nic.h"
 #include "transport/nic_udp.h"
 #include "transport/stats.h"
+
+/*
+ * This binary's own socket() is the one the nic linked into it calls. It
+ * refuses IPv6 when a test asks, as on a kernel booted with ipv6.disable=1,
+ * so the IPv4-only path runs here too.
+ */
+static bool no_ipv6;
+int socket(int domain, int type, int protocol)
+{
+	if (no_ipv6 && domain == AF_INET6) {
+		errno = EAFNOSUPPORT;
+		return -1;
+	}
+	return (int)syscall(SYS_socket, domain, type, protocol);
+}
 
 struct pair {
 	struct ferry_config cfg;
@@ -373,4 +389,56 @@ Test(nic_udp, hard_send_error_drops_one_packet_not_the_burst)
 	nic_post_recvs(p.b, &rx[0].buf, 1);
 	nic_post_recvs(p.b, &rx[1].buf, 1);
 	pair_close(&p);
+}
+
+Test(nic_udp, without_ipv6_falls_back_to_ipv4)
+{
+	struct nic *v6 = NULL;
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	struct ferry_stats st = {0};
+	v6 = open_nic(&cfg, &st);
+	no_ipv6 = true;
+	struct pair p;
+	pair_open(&p, 0);
+	struct nic_route r;
+	char want[96], got[96];
+	nic_local_route(p.b, &r);
+	nic_route_format(p.b, &r, got, sizeof(got));
+	snprintf(want, sizeof(want), "udp:[0.0.0.0]:%u", p.b_port);
+	cr_assert_str_eq(got, want);
+
+	/* A v4-mapped address seen by a dual-stack management socket becomes v4. */
+	struct sockaddr_in6 mapped = {.sin6_family = AF_INET6};
+	inet_pton(AF_INET6, "::ffff:127.0.0.1", &mapped.sin6_addr);
+	nic_route_fixup(p.a, &r, (const struct sockaddr *)&mapped, sizeof(mapped));
+	nic_route_format(p.a, &r, got, sizeof(got));
+	snprintf(want, sizeof(want), "udp:[127.0.0.1]:%u", p.b_port);
+	cr_assert_str_eq(got, want);
+
+	/* A pure IPv6 peer cannot be reached from here. */
+	struct sockaddr_in6 lo6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	struct nic_peer *peer;
+	nic_local_route(p.b, &r);
+	nic_route_fixup(p.a, &r, (const struct sockaddr *)&lo6, sizeof(lo6));
+	cr_assert_eq(nic_peer_create(p.a, &r, &peer), -EAFNOSUPPORT);
+
+	/* v4 -> v4, and v4 -> a dual-stack nic, both carry packets. */
+	struct nic *dst[2] = {p.b, v6};
+	for (int i = 0; i < 2; i++) {
+		nic_local_route(dst[i], &r);
+		nic_route_fixup(p.a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
+		cr_assert_eq(nic_peer_create(p.a, &r, &peer), 0);
+		uint8_t pkt[48];
+		fill(pkt, sizeof(pkt), (uint32_t)i);
+		struct nic_tx tx = {.peer = peer, .nsge = 1, .sge = {{.addr = pkt, .len = 48}}};
+		cr_assert_eq(nic_tx_burst(p.a, &tx, 1), 1);
+		struct nic_rx rx;
+		cr_assert_eq(rx_wait(dst[i], &rx, 1), 1);
+		check(&rx, 48, (uint32_t)i);
+		nic_post_recvs(dst[i], &rx.buf, 1);
+		nic_peer_destroy(p.a, peer);
+	}
+	pair_close(&p);
+	nic_close(v6);
 }

@@ -1,0 +1,259 @@
+/* Session handshake over the management channel: two nexuses in one process over udp. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "mgmt/mgmt_net.h"
+#include "mgmt/mgmt_wire.h"
+#include "test_mgmt_util.h"
+#include "transport/pkthdr.h"
+
+static struct nexus *server, *client;
+static struct tmu_looper server_loop;
+static uint16_t port;
+
+static void setup(void)
+{
+	server = tmu_nexus(0, 0);
+	client = tmu_nexus(0, 0);
+	port = tmu_serve(server);
+	tmu_loop_start(&server_loop, nexus_rpc(server));
+}
+
+static void teardown(void)
+{
+	tmu_loop_stop(&server_loop);
+	nexus_destroy(client);
+	nexus_destroy(server);
+}
+
+static int connect_port(uint16_t p, unsigned timeout_ms)
+{
+	struct sockaddr_in a = tmu_loopback(p);
+	return mgmt_connect(nexus_mgmt(client), nexus_rpc(client), (struct sockaddr *)&a, sizeof(a),
+			    timeout_ms);
+}
+
+/* A plain UDP socket on 127.0.0.1 with an ephemeral port, and a receive
+ * timeout that only guards against a hang. */
+static int raw_socket(uint16_t *bound)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	cr_assert_geq(fd, 0);
+	struct sockaddr_in a = tmu_loopback(0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	socklen_t len = sizeof(a);
+	getsockname(fd, (struct sockaddr *)&a, &len);
+	*bound = ntohs(a.sin_port);
+	struct timeval tv = {.tv_sec = 20};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static void send_to_port(int fd, const void *buf, size_t len, uint16_t p)
+{
+	struct sockaddr_in a = tmu_loopback(p);
+	cr_assert_eq(sendto(fd, buf, len, 0, (struct sockaddr *)&a, sizeof(a)), (ssize_t)len);
+}
+
+/* Receives until a message of the type arrives (the server also pings). */
+static void recv_type(int fd, enum mgmt_msg_type type, struct mgmt_msg *out)
+{
+	for (;;) {
+		uint8_t buf[512];
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		cr_assert_gt(n, 0, "nothing received: %s", strerror(errno));
+		cr_assert_eq(mgmt_wire_decode(buf, (size_t)n, out), 0);
+		if (out->type == type)
+			return;
+	}
+}
+
+static uint64_t stat_of(struct nexus *nx, size_t offset)
+{
+	return __atomic_load_n((uint64_t *)(void *)((char *)nexus_stats(nx) + offset),
+			       __ATOMIC_RELAXED);
+}
+#define STAT(nx, field) stat_of(nx, offsetof(struct ferry_stats, field))
+
+TestSuite(mgmt_handshake, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(mgmt_handshake, connect_installs_a_working_session)
+{
+	int s = connect_port(port, 5000);
+	cr_assert_geq(s, 0, "mgmt_connect: %s", strerror(-s));
+	struct rpc *rpc = nexus_rpc(client);
+	rpc_lock(rpc);
+	cr_assert(rpc_session_is_up(rpc, s));
+	rpc_unlock(rpc);
+	struct tmu_call c;
+	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 3000, &c), 0);
+	cr_assert_eq(c.resp_size, 3000);
+	cr_assert_eq(c.resp_first, 0x5a);
+	cr_assert_eq(STAT(client, sessions), 1);
+	cr_assert_eq(STAT(server, sessions), 1);
+}
+
+Test(mgmt_handshake, live_session_is_reused)
+{
+	int s1 = connect_port(port, 5000);
+	cr_assert_geq(s1, 0);
+	int s2 = connect_port(port, 5000);
+	cr_assert_eq(s2, s1);
+	cr_assert_eq(STAT(client, sessions), 1);
+	cr_assert_eq(STAT(server, sessions), 1);
+}
+
+Test(mgmt_handshake, duplicate_connect_req_gets_the_same_session)
+{
+	uint16_t raw_port;
+	int fd = raw_socket(&raw_port);
+	struct mgmt_msg req = {.type = MGMT_CONNECT_REQ, .token = 0x1122334455667788ull,
+			       .uuid = 0xabcdef0123456789ull, .session = 7,
+			       .data_per_pkt = RPC_MIN_PKT_DATA};
+	struct rpc *crpc = nexus_rpc(client);
+	rpc_lock(crpc);
+	rpc_local_route(crpc, &req.route);
+	rpc_unlock(crpc);
+	uint8_t buf[MGMT_WIRE_MAX_SIZE];
+	size_t len = mgmt_wire_encode(&req, buf);
+
+	struct mgmt_msg r1, r2;
+	send_to_port(fd, buf, len, port);
+	recv_type(fd, MGMT_CONNECT_RESP, &r1);
+	send_to_port(fd, buf, len, port);
+	recv_type(fd, MGMT_CONNECT_RESP, &r2);
+	close(fd);
+
+	cr_assert_eq(r1.status, 0);
+	cr_assert_eq(r1.token, req.token);
+	cr_assert_eq(r2.token, req.token);
+	cr_assert_eq(r2.session, r1.session);
+	cr_assert_eq(r2.data_per_pkt, r1.data_per_pkt);
+	cr_assert_eq(r1.uuid, mgmt_uuid(nexus_mgmt(server)));
+	cr_assert_eq(STAT(server, sessions), 1);
+}
+
+Test(mgmt_handshake, closed_port_is_refused_not_timed_out)
+{
+	uint16_t dead;
+	close(raw_socket(&dead));
+	/* The timeout is long: only the ICMP error can produce -ECONNREFUSED. */
+	cr_assert_eq(connect_port(dead, 30000), -ECONNREFUSED);
+	cr_assert_eq(STAT(client, sessions), 0);
+}
+
+Test(mgmt_handshake, silent_port_times_out_after_retries)
+{
+	uint16_t silent;
+	int fd = raw_socket(&silent);
+	cr_assert_eq(connect_port(silent, 300), -ETIMEDOUT);
+	/* The requests did arrive, and were retried with one token. */
+	unsigned n = 0;
+	uint64_t token = 0;
+	uint8_t buf[512];
+	ssize_t len;
+	while ((len = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+		struct mgmt_msg m;
+		cr_assert_eq(mgmt_wire_decode(buf, (size_t)len, &m), 0);
+		cr_assert_eq(m.type, MGMT_CONNECT_REQ);
+		if (n++ == 0)
+			token = m.token;
+		cr_assert_eq(m.token, token);
+	}
+	close(fd);
+	cr_assert_geq(n, 2);
+	cr_assert_eq(STAT(client, sessions), 0);
+}
+
+Test(mgmt_handshake, malformed_datagrams_are_dropped_and_counted)
+{
+	uint16_t raw_port;
+	int fd = raw_socket(&raw_port);
+	struct mgmt_msg ping = {.type = MGMT_PING, .uuid = 1};
+	uint8_t good[MGMT_WIRE_MAX_SIZE];
+	size_t glen = mgmt_wire_encode(&ping, good);
+
+	uint8_t bad[MGMT_WIRE_MAX_SIZE + 64];
+	unsigned sent = 0;
+	send_to_port(fd, "x", 1, port); /* short */
+	sent++;
+	memcpy(bad, good, glen);
+	bad[0] ^= 0xff; /* magic */
+	send_to_port(fd, bad, glen, port);
+	sent++;
+	memcpy(bad, good, glen);
+	bad[4] = MGMT_WIRE_VERSION + 1;
+	send_to_port(fd, bad, glen, port);
+	sent++;
+	memcpy(bad, good, glen);
+	bad[5] = 99; /* type */
+	send_to_port(fd, bad, glen, port);
+	sent++;
+	memcpy(bad, good, glen);
+	bad[glen] = 0; /* longer than its header says */
+	send_to_port(fd, bad, glen + 1, port);
+	sent++;
+	struct mgmt_msg req = {.type = MGMT_CONNECT_REQ, .token = 5, .uuid = 6,
+			       .data_per_pkt = RPC_MIN_PKT_DATA};
+	size_t rlen = mgmt_wire_encode(&req, bad);
+	bad[MGMT_WIRE_HDR_SIZE + 8 + 1] = NIC_ROUTE_BYTES + 1; /* route length */
+	send_to_port(fd, bad, rlen, port);
+	sent++;
+	struct pkthdr dp = {.magic = PKTHDR_MAGIC}; /* a datapath packet */
+	send_to_port(fd, &dp, sizeof(dp), port);
+	sent++;
+	close(fd);
+
+	/* A real connect afterwards: it reaches the same socket after the
+	 * junk, so once it succeeds every datagram above was judged. */
+	cr_assert_geq(connect_port(port, 5000), 0);
+	cr_assert_eq(STAT(server, mgmt_drops), sent);
+	cr_assert_eq(STAT(server, sessions), 1);
+}
+
+Test(mgmt_handshake, taken_port_is_refused)
+{
+	uint16_t taken;
+	int fd = raw_socket(&taken);
+	struct sockaddr_in a = tmu_loopback(taken);
+	cr_assert_eq(mgmt_listen(nexus_mgmt(client), nexus_rpc(client), (struct sockaddr *)&a,
+				 sizeof(a)),
+		     -EADDRINUSE);
+	close(fd);
+	a = tmu_loopback(port);
+	cr_assert_eq(mgmt_listen(nexus_mgmt(server), nexus_rpc(server), (struct sockaddr *)&a,
+				 sizeof(a)),
+		     -EADDRINUSE);
+}
+
+Test(mgmt_handshake, disconnect_closes_both_sides)
+{
+	int s = connect_port(port, 5000);
+	cr_assert_geq(s, 0);
+	mgmt_disconnect(nexus_mgmt(client), nexus_rpc(client), s);
+	struct rpc *rpc = nexus_rpc(client);
+	rpc_lock(rpc);
+	cr_assert_not(rpc_session_is_up(rpc, s));
+	rpc_unlock(rpc);
+	cr_assert_eq(STAT(client, sessions_closed), 1);
+	/* The server hears DISCONNECT asynchronously; the suite timeout guards. */
+	while (STAT(server, sessions_closed) != 1)
+		usleep(1000);
+	int s2 = connect_port(port, 5000);
+	cr_assert_geq(s2, 0);
+	cr_assert_eq(STAT(server, sessions), 2);
+	struct tmu_call c;
+	cr_assert_eq(tmu_call(rpc, s2, ECHO_REQ, 10, &c), 0);
+}
+
+Test(mgmt_handshake, unlisten_stops_answering)
+{
+	struct sockaddr_in a = tmu_loopback(port);
+	cr_assert_eq(mgmt_unlisten(nexus_mgmt(server), (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(mgmt_listen_port(nexus_mgmt(server), (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(connect_port(port, 30000), -ECONNREFUSED);
+}

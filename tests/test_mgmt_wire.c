@@ -1,0 +1,81 @@
+/* Management messages: round trips and every refusal. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "mgmt/mgmt_wire.h"
+
+static struct mgmt_msg resp(void)
+{
+	struct mgmt_msg m = {.type = MGMT_CONNECT_RESP, .token = 0x0102030405060708ull,
+			     .uuid = 0xF0E0D0C0B0A09080ull, .status = 0, .session = 0xBEEF,
+			     .data_per_pkt = 8000};
+	m.route.kind = 1;
+	m.route.len = 11;
+	for (int i = 0; i < 11; i++)
+		m.route.data[i] = (uint8_t)(i + 1);
+	return m;
+}
+
+Test(mgmt_wire, round_trip_keeps_every_field)
+{
+	struct mgmt_msg in = resp(), out;
+	uint8_t buf[MGMT_WIRE_MAX_SIZE];
+	size_t len = mgmt_wire_encode(&in, buf);
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), 0);
+	cr_assert_eq(out.type, MGMT_CONNECT_RESP);
+	cr_assert_eq(out.token, in.token);
+	cr_assert_eq(out.uuid, in.uuid);
+	cr_assert_eq(out.session, 0xBEEF);
+	cr_assert_eq(out.data_per_pkt, 8000);
+	cr_assert_eq(memcmp(&out.route, &in.route, sizeof(in.route)), 0);
+
+	in.type = MGMT_CONNECT_REQ;
+	len = mgmt_wire_encode(&in, buf);
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), 0);
+	cr_assert_eq(out.type, MGMT_CONNECT_REQ);
+	cr_assert_eq(out.session, 0xBEEF);
+	cr_assert_eq(out.route.len, 11);
+
+	struct mgmt_msg ping = {.type = MGMT_PING, .uuid = 42};
+	len = mgmt_wire_encode(&ping, buf);
+	cr_assert_eq(len, MGMT_WIRE_HDR_SIZE);
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), 0);
+	cr_assert_eq(out.uuid, 42);
+}
+
+Test(mgmt_wire, magic_differs_from_the_datapath)
+{
+	struct mgmt_msg in = resp();
+	uint8_t buf[MGMT_WIRE_MAX_SIZE];
+	mgmt_wire_encode(&in, buf);
+	cr_assert_neq(buf[0], 0xF5);
+	cr_assert_eq(buf[8], 0x08); /* little-endian token */
+}
+
+Test(mgmt_wire, refuses_what_does_not_fit)
+{
+	struct mgmt_msg in = resp(), out;
+	uint8_t buf[MGMT_WIRE_MAX_SIZE + 8];
+	size_t len = mgmt_wire_encode(&in, buf);
+	cr_assert_eq(mgmt_wire_decode(buf, len - 1, &out), -EBADMSG);
+	cr_assert_eq(mgmt_wire_decode(buf, len + 1, &out), -EBADMSG);
+	cr_assert_eq(mgmt_wire_decode(buf, 3, &out), -EBADMSG);
+	for (size_t off = 0; off < 8; off++) { /* magic, version, type, length */
+		if (off == 4 || off == 5 || off < 4 || off == 6) {
+			buf[off] ^= 0x40;
+			cr_assert_eq(mgmt_wire_decode(buf, len, &out), -EBADMSG, "byte %zu", off);
+			buf[off] ^= 0x40;
+		}
+	}
+	buf[MGMT_WIRE_HDR_SIZE + 6] = 1; /* padding */
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), -EBADMSG);
+	buf[MGMT_WIRE_HDR_SIZE + 6] = 0;
+	buf[MGMT_WIRE_HDR_SIZE + 12 + 1] = NIC_ROUTE_BYTES + 1; /* route length */
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), -EBADMSG);
+	buf[MGMT_WIRE_HDR_SIZE + 12 + 1] = 11;
+	buf[MGMT_WIRE_HDR_SIZE + 3] = 0x80; /* negative status */
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), -EBADMSG);
+	buf[MGMT_WIRE_HDR_SIZE + 3] = 0;
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), 0);
+}

@@ -2,3 +2,7 @@
 # udp_pingpong: bare busy-polled UDP ping-pong, the physical latency baseline.
 noinst_PROGRAMS += bench/udp_pingpong
 bench_udp_pingpong_SOURCES = bench/udp_pingpong.c
+# ferry-bench: the transport's latency / rate / bandwidth microbenchmarks.
+noinst_PROGRAMS += bench/ferry-bench
+bench_ferry_bench_SOURCES = bench/ferry-bench.c
+bench_ferry_bench_LDADD = libferry_core.la

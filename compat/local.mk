@@ -5,4 +5,6 @@ libferry_core_la_SOURCES += transport/nic.c
 libferry_core_la_SOURCES += transport/nic_ib.c
 libferry_core_la_SOURCES += transport/verbs_seam.c transport/verbs_seam.h
 # softib: the software verbs device (shared memory), behind transport/verbs_seam.h.
-libferry_core_la_SOURCES += compat/softib/softib_verbs.c
+libferry_core_la_SOURCES += compat/softib/softib.h compat/softib/softib_int.h
+libferry_core_la_SOURCES += compat/softib/softib_device.c compat/softib/softib_fabric.c
+libferry_core_la_SOURCES += compat/softib/softib_cq.c compat/softib/softib_qp.c

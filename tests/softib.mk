@@ -1,1 +1,6 @@
-# tests/softib.mk
+# tests/softib.mk: softib conformance and nic_ib over softib (criterion).
+check_PROGRAMS += tests/test_softib_verbs
+TESTS += tests/test_softib_verbs
+tests_test_softib_verbs_SOURCES = tests/test_softib_verbs.c tests/softib_fixture.h
+tests_test_softib_verbs_CFLAGS = $(TEST_CFLAGS)
+tests_test_softib_verbs_LDADD = $(TEST_LDADD)

@@ -1,0 +1,35 @@
+/*
+ * softib: a software verbs device over shared memory, for hosts without an
+ * RDMA NIC. Reach it through verbs_api_softib (transport/verbs_seam.h); the
+ * objects it returns are the public libibverbs types, and ibv_post_send,
+ * ibv_post_recv, ibv_poll_cq and ibv_req_notify_cq work on them directly.
+ * These extras are for tests and ferry-doctor.
+ */
+#ifndef FERRY_SOFTIB_H
+#define FERRY_SOFTIB_H
+
+#include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Per-QP counters the fabric keeps (a NIC's port counters, per QP). */
+struct softib_qp_counters {
+	uint64_t rx_pkts;      /* packets placed in the QP's ring */
+	uint64_t drop_no_recv; /* no receive posted */
+	uint64_t drop_qkey;    /* QKey mismatch */
+	uint64_t drop_state;   /* QP not in RTR or later */
+};
+
+int softib_qp_counters(struct ibv_qp *qp, struct softib_qp_counters *out);
+
+/* Frees directory slots and rings of processes that died; returns how many. */
+unsigned softib_reclaim(struct ibv_context *ctx);
+
+/* Whether the fabric's directory lists qpn as a live QP. */
+bool softib_qpn_live(struct ibv_context *ctx, uint32_t qpn);
+
+/* The per-user directory holding fabrics (/dev/shm/ferry-softib-<uid>). */
+int softib_fabric_dir(char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,470 @@
+/* softib's shared memory: the fabric directory, QP rings, delivery, reclaim. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compat/softib/softib_int.h"
+
+int sib_dir_path(char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap, "/dev/shm/ferry-softib-%u", (unsigned)getuid());
+	return n > 0 && (size_t)n < cap ? 0 : ENAMETOOLONG;
+}
+
+/* The 0700 directory of this user's fabrics; refuses one another user made. */
+static int sib_dir_ensure(char *dir, size_t cap)
+{
+	int rc = sib_dir_path(dir, cap);
+	if (rc)
+		return rc;
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		return errno;
+	struct stat st;
+	if (lstat(dir, &st))
+		return errno;
+	if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077))
+		return EPERM;
+	return 0;
+}
+
+int sib_shm_lock_init(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	int rc = pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+	return rc;
+}
+
+/* A holder that died mid-section left nothing half-published: every
+ * section publishes with its last store, so the state is consistent. */
+void sib_shm_lock(pthread_mutex_t *m)
+{
+	if (pthread_mutex_lock(m) == EOWNERDEAD)
+		pthread_mutex_consistent(m);
+}
+
+void sib_shm_unlock(pthread_mutex_t *m)
+{
+	pthread_mutex_unlock(m);
+}
+
+static uint64_t sib_start_time(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	/* Field 22; the command name (field 2) may hold spaces, so skip past ')'. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return 0;
+	for (int field = 2; field < 22 && p; field++)
+		p = strchr(p + 1, ' ');
+	return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static bool sib_pid_alive(pid_t pid, uint64_t start)
+{
+	if (pid <= 0)
+		return false;
+	if (kill(pid, 0) && errno == ESRCH)
+		return false;
+	uint64_t now = sib_start_time(pid);
+	return now == 0 || start == 0 || now == start;
+}
+
+static void sib_fabric_init_shm(struct sib_fabric_shm *s, const char *name)
+{
+	s->version = SIB_VERSION;
+	s->max_qps = SIB_MAX_QPS;
+	s->next_gen = 1;
+	sib_shm_lock_init(&s->lock);
+	/* GIDs, RoCE style: link-local and an IPv4-mapped 127/8 address, each as
+	 * v1 and v2 entries; the low bytes come from the fabric name, so a route
+	 * from another fabric does not resolve here. */
+	uint32_t h = 2166136261u;
+	for (const char *p = name; *p; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	h ^= (uint32_t)getuid() * 2654435761u;
+	uint8_t ll[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x00, 0x5e, 0xff, 0xfe};
+	ll[13] = (uint8_t)(h >> 16);
+	ll[14] = (uint8_t)(h >> 8);
+	ll[15] = (uint8_t)h;
+	uint8_t v4[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127};
+	v4[13] = (uint8_t)(h >> 16);
+	v4[14] = (uint8_t)(h >> 8);
+	v4[15] = (uint8_t)(h | 1u);
+	memcpy(s->gid[0], ll, 16);
+	memcpy(s->gid[1], ll, 16);
+	memcpy(s->gid[2], v4, 16);
+	memcpy(s->gid[3], v4, 16);
+	__atomic_store_n(&s->magic, SIB_MAGIC_FABRIC, __ATOMIC_RELEASE);
+}
+
+int sib_fabric_open(struct sib_fabric *fab, const char *name)
+{
+	memset(fab, 0, sizeof(*fab));
+	fab->fd = -1;
+	if (!name || !*name)
+		name = "default";
+	if (strlen(name) >= sizeof(fab->name) || strchr(name, '/'))
+		return EINVAL;
+	strcpy(fab->name, name);
+	int rc = sib_dir_ensure(fab->dir, sizeof(fab->dir));
+	if (rc)
+		return rc;
+	char path[256];
+	snprintf(path, sizeof(path), "%s/%s.fabric", fab->dir, name);
+	size_t len = sizeof(struct sib_fabric_shm);
+	bool creator = true;
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EEXIST) {
+		creator = false;
+		fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	}
+	if (fd < 0)
+		return errno;
+	if (creator && ftruncate(fd, (off_t)len)) {
+		rc = errno;
+		close(fd);
+		unlink(path);
+		return rc;
+	}
+	/* An opener may race the creator's ftruncate: wait for size and magic. */
+	struct sib_fabric_shm *s = MAP_FAILED;
+	for (int tries = 0; tries < 2000; tries++) {
+		struct stat st;
+		if (fstat(fd, &st) == 0 && (size_t)st.st_size >= len) {
+			if (st.st_uid != getuid()) {
+				close(fd);
+				return EPERM;
+			}
+			if (s == MAP_FAILED)
+				s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+			if (s == MAP_FAILED) {
+				rc = errno;
+				close(fd);
+				return rc;
+			}
+			if (creator)
+				sib_fabric_init_shm(s, name);
+			if (__atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) == SIB_MAGIC_FABRIC)
+				break;
+		}
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	if (s == MAP_FAILED || s->magic != SIB_MAGIC_FABRIC || s->version != SIB_VERSION ||
+	    s->max_qps != SIB_MAX_QPS) {
+		if (s != MAP_FAILED)
+			munmap(s, len);
+		close(fd);
+		return EPROTO; /* stale or foreign file: the caller says to remove it */
+	}
+	fab->fd = fd;
+	fab->shm = s;
+	sib_fabric_reclaim(fab);
+	return 0;
+}
+
+void sib_fabric_close(struct sib_fabric *fab)
+{
+	if (fab->shm)
+		munmap(fab->shm, sizeof(*fab->shm));
+	if (fab->fd >= 0)
+		close(fab->fd);
+	fab->shm = NULL;
+	fab->fd = -1;
+}
+
+static void sib_qp_path(const struct sib_fabric *fab, uint32_t qpn, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/%s.qp.%06x", fab->dir, fab->name, qpn);
+}
+
+static struct sib_dir_entry *sib_dir_entry(struct sib_fabric *fab, uint32_t qpn)
+{
+	return &fab->shm->dir[qpn & (SIB_MAX_QPS - 1)];
+}
+
+bool sib_fabric_qp_live(struct sib_fabric *fab, uint32_t qpn)
+{
+	struct sib_dir_entry *e = sib_dir_entry(fab, qpn);
+	return __atomic_load_n(&e->live, __ATOMIC_ACQUIRE) &&
+	       __atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == qpn;
+}
+
+/* Marks a QP's ring dead so senders drop their mappings; unlinks it. */
+static void sib_ring_retire(struct sib_fabric *fab, uint32_t qpn)
+{
+	char path[256];
+	sib_qp_path(fab, qpn, path, sizeof(path));
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd >= 0) {
+		void *m = mmap(NULL, SIB_RING_OFFSET, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (m != MAP_FAILED) {
+			struct sib_qp_shm *q = m;
+			__atomic_store_n(&q->rx_ready, 0, __ATOMIC_RELEASE);
+			__atomic_store_n(&q->dead, 1, __ATOMIC_RELEASE);
+			munmap(m, SIB_RING_OFFSET);
+		}
+		close(fd);
+	}
+	unlink(path);
+}
+
+/* Channel sockets are named ch.<pid>.<n>; those of dead processes go. */
+static unsigned sib_reclaim_sockets(struct sib_fabric *fab)
+{
+	unsigned n = 0;
+	DIR *d = opendir(fab->dir);
+	if (!d)
+		return 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		int pid;
+		if (sscanf(de->d_name, "ch.%d.", &pid) != 1)
+			continue;
+		if (kill(pid, 0) && errno == ESRCH) {
+			char path[sizeof(fab->dir) + sizeof(de->d_name) + 2];
+			snprintf(path, sizeof(path), "%s/%s", fab->dir, de->d_name);
+			n += unlink(path) == 0;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+unsigned sib_fabric_reclaim(struct sib_fabric *fab)
+{
+	unsigned n = 0;
+	struct sib_fabric_shm *s = fab->shm;
+	sib_shm_lock(&s->lock);
+	for (unsigned i = 0; i < SIB_MAX_QPS; i++) {
+		struct sib_dir_entry *e = &s->dir[i];
+		if (!e->live || sib_pid_alive(e->pid, e->start_time))
+			continue;
+		__atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
+		sib_ring_retire(fab, e->qpn);
+		n++;
+	}
+	sib_shm_unlock(&s->lock);
+	sib_reclaim_sockets(fab);
+	return n;
+}
+
+int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslots)
+{
+	struct sib_fabric *fab = &c->fab;
+	struct sib_fabric_shm *s = fab->shm;
+	sib_fabric_reclaim(fab);
+	sib_shm_lock(&s->lock);
+	unsigned slot = SIB_MAX_QPS;
+	uint32_t start = s->next_gen;
+	for (unsigned i = 0; i < SIB_MAX_QPS; i++) {
+		/* Rotate the starting slot so QPNs are not reused at once. */
+		unsigned k = (start + i) & (SIB_MAX_QPS - 1);
+		if (!s->dir[k].live) {
+			slot = k;
+			break;
+		}
+	}
+	if (slot == SIB_MAX_QPS) {
+		sib_shm_unlock(&s->lock);
+		return ENOSPC;
+	}
+	uint32_t gen = s->next_gen++ & 0x3fffu;
+	uint32_t qpn = (gen << SIB_QPN_SLOT_BITS) | slot;
+	if (qpn < 2) /* QPN 0 and 1 are the special SMI and GSI QPs */
+		qpn |= 1u << SIB_QPN_SLOT_BITS;
+	char path[256];
+	sib_qp_path(fab, qpn, path, sizeof(path));
+	size_t len = SIB_RING_OFFSET + (size_t)nslots * SIB_SLOT_SIZE;
+	unlink(path);
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	int rc = 0;
+	void *m = MAP_FAILED;
+	if (fd < 0 || ftruncate(fd, (off_t)len) ||
+	    (m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		rc = errno ? errno : EIO;
+		if (fd >= 0) {
+			close(fd);
+			unlink(path);
+		}
+		sib_shm_unlock(&s->lock);
+		return rc;
+	}
+	close(fd);
+	struct sib_qp_shm *q = m;
+	q->qpn = qpn;
+	q->nslots = nslots;
+	sib_shm_lock_init(&q->lock);
+	__atomic_store_n(&q->magic, SIB_MAGIC_QP, __ATOMIC_RELEASE);
+	struct sib_dir_entry *e = &s->dir[slot];
+	e->qpn = qpn;
+	e->pid = getpid();
+	e->start_time = sib_start_time(e->pid);
+	__atomic_store_n(&e->live, 1, __ATOMIC_RELEASE);
+	sib_shm_unlock(&s->lock);
+	qp->shm = q;
+	qp->shm_len = len;
+	snprintf(qp->shm_path, sizeof(qp->shm_path), "%s", path);
+	qp->qp.qp_num = qpn;
+	return 0;
+}
+
+void sib_fabric_qp_destroy(struct sib_context *c, struct sib_qp *qp)
+{
+	struct sib_fabric_shm *s = c->fab.shm;
+	sib_shm_lock(&qp->shm->lock);
+	__atomic_store_n(&qp->shm->rx_ready, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&qp->shm->dead, 1, __ATOMIC_RELEASE);
+	sib_shm_unlock(&qp->shm->lock);
+	sib_shm_lock(&s->lock);
+	struct sib_dir_entry *e = sib_dir_entry(&c->fab, qp->qp.qp_num);
+	if (e->qpn == qp->qp.qp_num)
+		__atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
+	sib_shm_unlock(&s->lock);
+	unlink(qp->shm_path);
+	munmap(qp->shm, qp->shm_len);
+	qp->shm = NULL;
+}
+
+/* The mapping of qpn's ring, opened on first use; NULL if it is gone. */
+static struct sib_qp_shm *sib_peer_ring(struct sib_context *c, uint32_t qpn)
+{
+	struct sib_peer_map *pm;
+	HASH_FIND(hh, c->peers, &qpn, sizeof(qpn), pm);
+	if (pm && !__atomic_load_n(&pm->shm->dead, __ATOMIC_ACQUIRE))
+		return pm->shm;
+	if (pm) {
+		HASH_DEL(c->peers, pm);
+		munmap(pm->shm, pm->len);
+		free(pm);
+	}
+	char path[256];
+	sib_qp_path(&c->fab, qpn, path, sizeof(path));
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	void *m = MAP_FAILED;
+	if (fstat(fd, &st) == 0 && (size_t)st.st_size > SIB_RING_OFFSET)
+		m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return NULL;
+	struct sib_qp_shm *q = m;
+	/* Bound what the file claims by what it holds. */
+	if (__atomic_load_n(&q->magic, __ATOMIC_ACQUIRE) != SIB_MAGIC_QP || q->qpn != qpn ||
+	    q->nslots == 0 || (q->nslots & (q->nslots - 1)) ||
+	    SIB_RING_OFFSET + (size_t)q->nslots * SIB_SLOT_SIZE > (size_t)st.st_size) {
+		munmap(m, (size_t)st.st_size);
+		return NULL;
+	}
+	pm = calloc(1, sizeof(*pm));
+	if (!pm) {
+		munmap(m, (size_t)st.st_size);
+		return NULL;
+	}
+	pm->qpn = qpn;
+	pm->shm = q;
+	pm->len = (size_t)st.st_size;
+	HASH_ADD(hh, c->peers, qpn, sizeof(pm->qpn), pm);
+	return q;
+}
+
+void sib_peer_maps_free(struct sib_context *c)
+{
+	struct sib_peer_map *pm, *tmp;
+	HASH_ITER(hh, c->peers, pm, tmp)
+	{
+		HASH_DEL(c->peers, pm);
+		munmap(pm->shm, pm->len);
+		free(pm);
+	}
+}
+
+static void sib_wake(struct sib_context *c, struct sib_qp_shm *q)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	memcpy(a.sun_path, q->wake_path, sizeof(a.sun_path));
+	a.sun_path[sizeof(a.sun_path) - 1] = '\0';
+	uint64_t cookie = q->wake_cookie;
+	/* A full socket already holds a wake-up; a gone one has no reader. */
+	(void)sendto(c->wake_sock, &cookie, sizeof(cookie), MSG_DONTWAIT, (struct sockaddr *)&a,
+		     sizeof(a));
+}
+
+void sib_fabric_deliver(struct sib_context *c, uint32_t dst_qpn, uint32_t qkey,
+			uint32_t src_qpn, const uint8_t *sgid, const uint8_t *dgid,
+			const struct ibv_sge *sge, int num_sge, uint32_t len)
+{
+	/* Like a wire: a packet nobody can take is lost without a trace here. */
+	if (!sib_fabric_qp_live(&c->fab, dst_qpn))
+		return;
+	pthread_mutex_lock(&c->lock);
+	struct sib_qp_shm *q = sib_peer_ring(c, dst_qpn);
+	pthread_mutex_unlock(&c->lock);
+	if (!q)
+		return;
+	sib_shm_lock(&q->lock);
+	if (!__atomic_load_n(&q->rx_ready, __ATOMIC_ACQUIRE)) {
+		q->drop_state++;
+		sib_shm_unlock(&q->lock);
+		return;
+	}
+	if (q->qkey != qkey) {
+		q->drop_qkey++;
+		sib_shm_unlock(&q->lock);
+		return;
+	}
+	uint64_t tail = q->tail, head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&q->credits, __ATOMIC_ACQUIRE) == 0 || tail - head >= q->nslots) {
+		q->drop_no_recv++;
+		sib_shm_unlock(&q->lock);
+		return;
+	}
+	struct sib_slot *slot = (struct sib_slot *)(void *)((uint8_t *)q + SIB_RING_OFFSET +
+							    (size_t)(tail & (q->nslots - 1)) *
+								    SIB_SLOT_SIZE);
+	slot->len = len;
+	slot->src_qpn = src_qpn;
+	memcpy(slot->sgid, sgid, 16);
+	memcpy(slot->dgid, dgid, 16);
+	uint32_t off = 0;
+	for (int i = 0; i < num_sge; i++) {
+		memcpy(slot->data + off, (const void *)(uintptr_t)sge[i].addr, sge[i].length);
+		off += sge[i].length;
+	}
+	/* Publishing is the last store, so a sender dying above leaves nothing. */
+	__atomic_fetch_sub(&q->credits, 1, __ATOMIC_RELAXED);
+	q->rx_pkts++;
+	__atomic_store_n(&q->tail, tail + 1, __ATOMIC_RELEASE);
+	sib_shm_unlock(&q->lock);
+	/* Pairs with the fence in sib_req_notify_cq: either we see the arm or
+	 * the receiver's poll after arming sees the packet. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&q->armed, __ATOMIC_RELAXED) &&
+	    __atomic_exchange_n(&q->armed, 0, __ATOMIC_ACQ_REL))
+		sib_wake(c, q);
+}

@@ -1,0 +1,246 @@
+/*
+ * softib internals: the shared-memory layout of a fabric and of each QP's
+ * receive ring, and the private objects behind the public ibv_* structs.
+ *
+ * A fabric is a 0700 directory /dev/shm/ferry-softib-<uid> holding, per
+ * fabric name F: F.fabric (the QP directory), F.qp.<qpn> (one receive ring
+ * per QP, created by its owner) and ch.<pid>.<n> (completion channel
+ * sockets). Files are 0600. Everything in them is written by processes of
+ * one user, but a reader still bounds every length it takes from them.
+ *
+ * Delivery is synchronous: ibv_post_send copies the packet into the target
+ * QP's ring (the "wire"), and the receiver's ibv_poll_cq copies it into the
+ * posted receive buffer behind a GRH (the "DMA"). A sender may only fill a
+ * ring slot against a credit, and the receiver grants one credit per posted
+ * receive, so a packet for a QP with no posted receive is dropped, as on a
+ * real NIC, and the ring can never overflow.
+ */
+#ifndef FERRY_SOFTIB_INT_H
+#define FERRY_SOFTIB_INT_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uthash.h>
+
+#define SIB_MAGIC_FABRIC 0x666572727966616bull /* "ferryfak" */
+#define SIB_MAGIC_QP 0x6665727279717031ull
+#define SIB_VERSION 1u
+#define SIB_MAX_QPS 1024u /* directory slots; QPN = gen << 10 | slot */
+#define SIB_QPN_SLOT_BITS 10u
+#define SIB_MTU 4096u
+#define SIB_GRH 40u
+#define SIB_SLOT_HDR 64u
+#define SIB_SLOT_SIZE (SIB_SLOT_HDR + SIB_MTU)
+#define SIB_RING_OFFSET 4096u
+#define SIB_MAX_QP_WR 4096
+#define SIB_MAX_SGE 4
+#define SIB_MAX_INLINE 512u
+#define SIB_MAX_CQE 65536
+#define SIB_MAX_MR 4096u
+#define SIB_GID_TBL 4
+#define SIB_PATH_MAX 108
+
+struct sib_dir_entry {
+	uint32_t qpn;
+	uint32_t live;
+	int32_t pid;
+	uint32_t pad;
+	uint64_t start_time; /* /proc/<pid>/stat starttime: guards against pid reuse */
+};
+_Static_assert(sizeof(struct sib_dir_entry) == 24, "shared layout");
+
+struct sib_fabric_shm {
+	uint64_t magic; /* stored last, with release, by the creator */
+	uint32_t version;
+	uint32_t max_qps;
+	pthread_mutex_t lock; /* robust, process-shared: the directory */
+	uint32_t next_gen;
+	uint32_t pad;
+	uint8_t gid[SIB_GID_TBL][16];
+	struct sib_dir_entry dir[SIB_MAX_QPS];
+};
+
+/* Header of one packet in a ring slot. */
+struct sib_slot {
+	uint32_t len;
+	uint32_t src_qpn;
+	uint8_t sgid[16];
+	uint8_t dgid[16];
+	uint8_t pad[SIB_SLOT_HDR - 40];
+	uint8_t data[];
+};
+_Static_assert(sizeof(struct sib_slot) == SIB_SLOT_HDR, "shared layout");
+
+struct sib_qp_shm {
+	uint64_t magic;
+	uint32_t qpn;
+	uint32_t nslots; /* power of two */
+	pthread_mutex_t lock; /* robust, process-shared: held by a sender filling a slot */
+	uint32_t qkey;
+	uint32_t rx_ready; /* state is RTR, RTS, SQD or SQE */
+	uint32_t dead;     /* destroyed or reclaimed: drop cached mappings */
+	uint32_t pad0;
+	uint64_t tail __attribute__((aligned(64))); /* senders, under lock */
+	uint64_t head __attribute__((aligned(64))); /* the receiver */
+	uint32_t credits __attribute__((aligned(64))); /* receives posted, not yet claimed */
+	uint32_t armed; /* receiver's CQ wants an event */
+	uint64_t wake_cookie;
+	char wake_path[SIB_PATH_MAX];
+	uint64_t rx_pkts __attribute__((aligned(64)));
+	uint64_t drop_no_recv, drop_qkey, drop_state;
+};
+_Static_assert(sizeof(struct sib_qp_shm) <= SIB_RING_OFFSET, "header fits before the ring");
+
+/* A fabric as one process maps it. */
+struct sib_fabric {
+	char name[128];
+	char dir[64];
+	int fd;
+	struct sib_fabric_shm *shm;
+};
+
+/* A peer's ring as this process maps it (cached per context). */
+struct sib_peer_map {
+	uint32_t qpn;
+	struct sib_qp_shm *shm;
+	size_t len;
+	UT_hash_handle hh;
+};
+
+struct sib_device {
+	struct ibv_device dev;
+	char fabric[128];
+};
+
+struct sib_mr {
+	struct ibv_mr mr;
+	int access;
+};
+
+struct sib_context {
+	struct ibv_context ctx;
+	struct sib_fabric fab;
+	int wake_sock; /* unbound datagram socket for waking peers */
+	pthread_mutex_t lock; /* MR table and peer map: registration may race the datapath */
+	struct sib_mr *mrs[SIB_MAX_MR];
+	uint32_t mr_seq;
+	struct sib_peer_map *peers;
+};
+
+struct sib_pd {
+	struct ibv_pd pd;
+	unsigned refs;
+};
+
+struct sib_ah {
+	struct ibv_ah ah;
+	struct ibv_ah_attr attr;
+};
+
+struct sib_cqe {
+	struct ibv_wc wc;
+	struct sib_qp *qp; /* send completions: the QP whose send queue it retires */
+	uint64_t sq_pos;
+};
+
+struct sib_channel {
+	struct ibv_comp_channel ch;
+	char path[SIB_PATH_MAX];
+	struct sib_cq *cqs; /* CQs using this channel */
+};
+
+struct sib_cq {
+	struct ibv_cq cq;
+	struct sib_cqe *ring;
+	uint32_t cap, head, tail; /* local completions (sends, errors, flushes) */
+	bool overrun;
+	bool armed;      /* req_notify_cq called, no event delivered since */
+	bool self_woken; /* a local completion already signalled this arm */
+	struct sib_qp **rqps; /* QPs receiving into this CQ: polled for packets */
+	unsigned n_rqps, rr;
+	struct sib_cq *next_on_channel;
+	unsigned events, acked;
+};
+
+struct sib_rwqe {
+	uint64_t wr_id;
+	int num_sge;
+	struct ibv_sge sge[SIB_MAX_SGE];
+};
+
+struct sib_qp {
+	struct ibv_qp qp;
+	struct ibv_qp_cap cap;
+	enum ibv_qp_state state;
+	uint32_t qkey;
+	uint8_t port;
+	uint16_t pkey_index;
+	uint32_t sq_psn;
+	struct sib_qp_shm *shm;
+	size_t shm_len;
+	char shm_path[256];
+	/* Posted receives, oldest at rq_head. */
+	struct sib_rwqe *rq;
+	uint32_t rq_cap, rq_head, rq_count;
+	/* Send queue slots: a WR holds one until a later polled signalled
+	 * completion (or an error completion) retires it. */
+	uint64_t sq_posted, sq_retired;
+};
+
+static inline struct sib_context *sib_ctx(struct ibv_context *c)
+{
+	return (struct sib_context *)c;
+}
+
+/* softib_fabric.c */
+int sib_fabric_open(struct sib_fabric *fab, const char *name);
+void sib_fabric_close(struct sib_fabric *fab);
+int sib_dir_path(char *buf, size_t cap);
+void sib_shm_lock(pthread_mutex_t *m);
+void sib_shm_unlock(pthread_mutex_t *m);
+int sib_shm_lock_init(pthread_mutex_t *m);
+/* Creates the ring of a new QP; returns 0 or errno. */
+int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslots);
+void sib_fabric_qp_destroy(struct sib_context *c, struct sib_qp *qp);
+unsigned sib_fabric_reclaim(struct sib_fabric *fab);
+bool sib_fabric_qp_live(struct sib_fabric *fab, uint32_t qpn);
+/* Copies a packet gathered from sge[] into qpn's ring, or drops it. */
+void sib_fabric_deliver(struct sib_context *c, uint32_t dst_qpn, uint32_t qkey,
+			uint32_t src_qpn, const uint8_t *sgid, const uint8_t *dgid,
+			const struct ibv_sge *sge, int num_sge, uint32_t len);
+void sib_peer_maps_free(struct sib_context *c);
+
+/* softib_device.c */
+struct sib_mr *sib_mr_find(struct sib_context *c, uint32_t lkey);
+bool sib_gid_is_ours(const struct sib_fabric *fab, const uint8_t *gid);
+void sib_pd_ref(struct ibv_pd *pd, int delta);
+
+/* softib_cq.c */
+int sib_cq_push(struct sib_cq *cq, const struct ibv_wc *wc, struct sib_qp *qp, uint64_t sq_pos);
+void sib_cq_attach_rqp(struct sib_cq *cq, struct sib_qp *qp);
+void sib_cq_detach_rqp(struct sib_cq *cq, struct sib_qp *qp);
+struct ibv_comp_channel *sib_create_comp_channel(struct ibv_context *ctx);
+int sib_destroy_comp_channel(struct ibv_comp_channel *ch);
+struct ibv_cq *sib_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+			     struct ibv_comp_channel *ch, int vec);
+int sib_destroy_cq(struct ibv_cq *cq);
+int sib_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_context);
+void sib_ack_cq_events(struct ibv_cq *cq, unsigned int n);
+int sib_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int sib_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+
+/* softib_qp.c */
+struct ibv_qp *sib_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+int sib_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+int sib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
+		 struct ibv_qp_init_attr *init);
+int sib_destroy_qp(struct ibv_qp *qp);
+int sib_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int sib_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+/* Moves up to max packets from qp's ring into its posted receives. */
+int sib_qp_poll_recv(struct sib_qp *qp, struct ibv_wc *wc, int max);
+
+#endif

@@ -1,0 +1,525 @@
+/* softib conformance: what a real UD verbs device does, checked through the
+ * public libibverbs types and the inline datapath calls. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/softib_fixture.h"
+#include "transport/verbs_seam.h"
+
+#define QKEY 0x1234u
+#define BUF 8192u
+
+static const struct verbs_api *V = &verbs_api_softib;
+
+struct end {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *scq, *rcq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	uint8_t *mem;
+};
+
+static char fabric[128];
+static struct end A, B;
+static struct ibv_ah *ah_to_b; /* from A's PD */
+
+static void open_ctx(struct end *e)
+{
+	int n;
+	struct ibv_device **list = V->get_device_list(fabric, &n);
+	cr_assert_not_null(list);
+	cr_assert_eq(n, 1);
+	e->ctx = V->open_device(list[0]);
+	V->free_device_list(list);
+	cr_assert_not_null(e->ctx, "open_device: %s", strerror(errno));
+	e->pd = V->alloc_pd(e->ctx);
+	e->ch = V->create_comp_channel(e->ctx);
+	e->scq = V->create_cq(e->ctx, 64, NULL, NULL, 0);
+	e->rcq = V->create_cq(e->ctx, 64, e, e->ch, 0);
+	cr_assert(e->pd && e->ch && e->scq && e->rcq);
+	e->mem = aligned_alloc(4096, BUF);
+	memset(e->mem, 0, BUF);
+	e->mr = V->reg_mr(e->pd, e->mem, BUF, IBV_ACCESS_LOCAL_WRITE);
+	cr_assert_not_null(e->mr);
+}
+
+static struct ibv_qp *make_qp(struct end *e, uint32_t inline_data)
+{
+	struct ibv_qp_init_attr qa = {.send_cq = e->scq, .recv_cq = e->rcq, .qp_type = IBV_QPT_UD,
+				      .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2,
+					      .max_recv_sge = 2, .max_inline_data = inline_data}};
+	return V->create_qp(e->pd, &qa);
+}
+
+static int to_init(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+				.qkey = QKEY};
+	return V->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+}
+
+static int to_rtr(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR};
+	return V->modify_qp(qp, &a, IBV_QP_STATE);
+}
+
+static int to_rts(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .sq_psn = 0};
+	return V->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+static void bring_up(struct ibv_qp *qp)
+{
+	cr_assert_eq(to_init(qp), 0);
+	cr_assert_eq(to_rtr(qp), 0);
+	cr_assert_eq(to_rts(qp), 0);
+}
+
+static struct ibv_ah *make_ah(struct end *e, int gid_index)
+{
+	struct ibv_gid_entry g;
+	cr_assert_eq(V->query_gid_ex(e->ctx, 1, (uint32_t)gid_index, &g), 0);
+	struct ibv_ah_attr a = {.port_num = 1, .is_global = 1,
+				.grh = {.dgid = g.gid, .sgid_index = (uint8_t)gid_index,
+					.hop_limit = 64}};
+	return V->create_ah(e->pd, &a);
+}
+
+static void setup(void)
+{
+	softib_test_fabric(fabric, sizeof(fabric), "verbs");
+	open_ctx(&A);
+	open_ctx(&B);
+	A.qp = make_qp(&A, 64);
+	B.qp = make_qp(&B, 64);
+	cr_assert(A.qp && B.qp);
+	ah_to_b = make_ah(&A, 3);
+	cr_assert_not_null(ah_to_b);
+}
+
+static void close_end(struct end *e)
+{
+	if (e->qp)
+		cr_assert_eq(V->destroy_qp(e->qp), 0);
+	V->dereg_mr(e->mr);
+	cr_assert_eq(V->destroy_cq(e->scq), 0);
+	cr_assert_eq(V->destroy_cq(e->rcq), 0);
+	cr_assert_eq(V->destroy_comp_channel(e->ch), 0);
+	cr_assert_eq(V->dealloc_pd(e->pd), 0);
+	V->close_device(e->ctx);
+	free(e->mem);
+	memset(e, 0, sizeof(*e));
+}
+
+static void teardown(void)
+{
+	if (ah_to_b)
+		V->destroy_ah(ah_to_b);
+	ah_to_b = NULL;
+	close_end(&A);
+	close_end(&B);
+	softib_test_fabric_remove(fabric);
+}
+
+static int post_recv(struct end *e, size_t off, uint32_t len, uint32_t lkey, uint64_t id)
+{
+	struct ibv_sge s = {.addr = (uintptr_t)(e->mem + off), .length = len, .lkey = lkey};
+	struct ibv_recv_wr wr = {.wr_id = id, .sg_list = &s, .num_sge = 1}, *bad;
+	return ibv_post_recv(e->qp, &wr, &bad);
+}
+
+static int send_to(struct end *from, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey, size_t off,
+		   uint32_t len, uint32_t lkey, int flags, uint64_t id)
+{
+	struct ibv_sge s = {.addr = (uintptr_t)(from->mem + off), .length = len, .lkey = lkey};
+	struct ibv_send_wr wr = {.wr_id = id, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = (unsigned)flags,
+				 .wr.ud = {.ah = ah, .remote_qpn = qpn, .remote_qkey = qkey}},
+			   *bad;
+	return ibv_post_send(from->qp, &wr, &bad);
+}
+
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	return ibv_poll_cq(cq, 1, wc);
+}
+
+TestSuite(softib, .init = setup, .fini = teardown, .timeout = 20);
+
+Test(softib, device_port_and_gid_table_look_like_roce)
+{
+	struct ibv_device_attr da;
+	struct ibv_port_attr pa;
+	cr_assert_eq(V->query_device(A.ctx, &da), 0);
+	cr_assert_eq(da.phys_port_cnt, 1);
+	cr_assert_eq(V->query_port(A.ctx, 1, &pa), 0);
+	cr_assert_eq(pa.state, IBV_PORT_ACTIVE);
+	cr_assert_eq(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
+	cr_assert_eq(pa.active_mtu, IBV_MTU_4096);
+	cr_assert_neq(V->query_port(A.ctx, 2, &pa), 0);
+	struct ibv_gid_entry g;
+	cr_assert_eq(V->query_gid_ex(A.ctx, 1, 3, &g), 0);
+	cr_assert_eq(g.gid_type, IBV_GID_TYPE_ROCE_V2);
+	cr_assert_eq(g.gid.raw[10], 0xff, "index 3 is IPv4-mapped");
+	cr_assert_neq(V->query_gid_ex(A.ctx, 1, (uint32_t)pa.gid_tbl_len, &g), 0);
+}
+
+Test(softib, state_machine_enforces_order_and_attributes)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR};
+	cr_assert_eq(V->modify_qp(A.qp, &a, IBV_QP_STATE), EINVAL, "RESET->RTR skips INIT");
+	/* RESET->INIT needs pkey index, port and qkey. */
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .port_num = 1};
+	cr_assert_eq(V->modify_qp(A.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT), EINVAL);
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .port_num = 2, .qkey = 1};
+	cr_assert_eq(V->modify_qp(A.qp, &a,
+				  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+		     EINVAL, "port 2 does not exist");
+	/* An attribute the transition does not take is refused. */
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 1};
+	cr_assert_eq(V->modify_qp(A.qp, &a,
+				  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY |
+					  IBV_QP_SQ_PSN),
+		     EINVAL);
+	cr_assert_eq(A.qp->state, IBV_QPS_RESET);
+	/* Nothing may be posted in RESET; receives may in INIT, sends only in RTS. */
+	cr_assert_eq(post_recv(&A, 0, 256, A.mr->lkey, 1), EINVAL);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 8, A.mr->lkey, 0, 1), EINVAL);
+	cr_assert_eq(to_init(A.qp), 0);
+	cr_assert_eq(post_recv(&A, 0, 256, A.mr->lkey, 1), 0);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 8, A.mr->lkey, 0, 1), EINVAL);
+	cr_assert_eq(to_rts(A.qp), EINVAL, "INIT->RTS skips RTR");
+	cr_assert_eq(to_rtr(A.qp), 0);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 8, A.mr->lkey, 0, 1), EINVAL);
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS};
+	cr_assert_eq(V->modify_qp(A.qp, &a, IBV_QP_STATE), EINVAL, "RTR->RTS needs the SQ PSN");
+	cr_assert_eq(to_rts(A.qp), 0);
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT};
+	cr_assert_eq(V->modify_qp(A.qp, &a, IBV_QP_STATE), EINVAL, "no way back from RTS to INIT");
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .cur_qp_state = IBV_QPS_RTR};
+	cr_assert_eq(V->modify_qp(A.qp, &a, IBV_QP_STATE | IBV_QP_CUR_STATE), EINVAL,
+		     "cur_qp_state must match");
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qi;
+	cr_assert_eq(V->query_qp(A.qp, &q, IBV_QP_STATE, &qi), 0);
+	cr_assert_eq(q.qp_state, IBV_QPS_RTS);
+	cr_assert_eq(q.qkey, QKEY);
+
+	/* ERR flushes the posted receive with a flush error. */
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_ERR};
+	cr_assert_eq(V->modify_qp(A.qp, &a, IBV_QP_STATE), 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(A.rcq, &wc), 1);
+	cr_assert_eq(wc.wr_id, 1);
+	cr_assert_eq(wc.status, IBV_WC_WR_FLUSH_ERR);
+	/* And back through RESET to RTS. */
+	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RESET};
+	cr_assert_eq(V->modify_qp(A.qp, &a, IBV_QP_STATE), 0);
+	bring_up(A.qp);
+}
+
+Test(softib, packet_for_qp_without_posted_receive_is_dropped)
+{
+	bring_up(A.qp);
+	bring_up(B.qp);
+	strcpy((char *)A.mem, "first");
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 6, A.mr->lkey,
+			     IBV_SEND_SIGNALED, 7),
+		     0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(A.scq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS, "the sender cannot tell");
+	cr_assert_eq(poll_one(B.rcq, &wc), 0);
+	struct softib_qp_counters k;
+	softib_qp_counters(B.qp, &k);
+	cr_assert_eq(k.drop_no_recv, 1);
+	/* Posting a receive afterwards does not bring it back. */
+	cr_assert_eq(post_recv(&B, 0, 1024, B.mr->lkey, 9), 0);
+	cr_assert_eq(poll_one(B.rcq, &wc), 0);
+	strcpy((char *)A.mem, "second");
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 7, A.mr->lkey, 0, 8), 0);
+	cr_assert_eq(poll_one(B.rcq, &wc), 1);
+	cr_assert_str_eq((char *)B.mem + 40, "second");
+}
+
+Test(softib, grh_lands_in_front_of_the_payload)
+{
+	bring_up(A.qp);
+	bring_up(B.qp);
+	for (unsigned i = 0; i < 100; i++)
+		A.mem[i] = (uint8_t)(i * 7 + 1);
+	memset(B.mem, 0xee, 1024);
+	/* Two receive SGEs, split inside the GRH: placement still counts from
+	 * the first byte of the first SGE. */
+	struct ibv_sge s[2] = {{.addr = (uintptr_t)B.mem, .length = 24, .lkey = B.mr->lkey},
+			       {.addr = (uintptr_t)(B.mem + 24), .length = 1000, .lkey = B.mr->lkey}};
+	struct ibv_recv_wr rw = {.wr_id = 42, .sg_list = s, .num_sge = 2}, *rbad;
+	cr_assert_eq(ibv_post_recv(B.qp, &rw, &rbad), 0);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 100, A.mr->lkey, 0, 1), 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(B.rcq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+	cr_assert_eq(wc.wr_id, 42);
+	cr_assert_eq(wc.byte_len, 140, "byte_len counts the GRH");
+	cr_assert(wc.wc_flags & IBV_WC_GRH);
+	cr_assert_eq(wc.src_qp, A.qp->qp_num);
+	cr_assert_eq(wc.qp_num, B.qp->qp_num);
+	cr_assert_eq(B.mem[0] >> 4, 6, "IPv6-format GRH");
+	struct ibv_gid_entry g;
+	V->query_gid_ex(A.ctx, 1, 3, &g);
+	cr_assert_arr_eq(B.mem + 8, g.gid.raw, 16, "source GID");
+	cr_assert_arr_eq(B.mem + 24, g.gid.raw, 16, "destination GID");
+	cr_assert_arr_eq(B.mem + 40, A.mem, 100);
+	cr_assert_eq(B.mem[140], 0xee, "nothing written past the packet");
+}
+
+Test(softib, receive_too_small_completes_with_length_error)
+{
+	bring_up(A.qp);
+	bring_up(B.qp);
+	cr_assert_eq(post_recv(&B, 0, 40 + 50, B.mr->lkey, 5), 0);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 51, A.mr->lkey, 0, 1), 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(B.rcq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_LOC_LEN_ERR);
+}
+
+Test(softib, bad_lkey_on_send_is_a_protection_error_and_stops_the_send_queue)
+{
+	bring_up(A.qp);
+	bring_up(B.qp);
+	cr_assert_eq(post_recv(&B, 0, 1024, B.mr->lkey, 1), 0);
+	/* Unsignalled, yet the error completes, as on hardware. */
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 100, A.mr->lkey ^ 0x5a5a00u, 0, 11),
+		     0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(A.scq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_LOC_PROT_ERR);
+	cr_assert_eq(wc.wr_id, 11);
+	/* Out of the region, with the right key, is the same error. */
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS};
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qi;
+	V->query_qp(A.qp, &q, IBV_QP_STATE, &qi);
+	cr_assert_eq(q.qp_state, IBV_QPS_SQE);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 100, A.mr->lkey, 0, 12), 0);
+	cr_assert_eq(poll_one(A.scq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_WR_FLUSH_ERR, "SQE flushes later sends");
+	cr_assert_eq(V->modify_qp(A.qp, &a, IBV_QP_STATE), 0, "SQE->RTS recovers");
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, BUF - 50, 100, A.mr->lkey, 0, 13), 0);
+	cr_assert_eq(poll_one(A.scq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_LOC_PROT_ERR, "SGE runs past the MR");
+	cr_assert_eq(poll_one(B.rcq, &wc), 0, "nothing reached the receiver");
+	/* Inline data is copied at post time: no lkey involved. */
+	cr_assert_eq(V->modify_qp(A.qp, &a, IBV_QP_STATE), 0);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 60, 0xdead, IBV_SEND_INLINE, 14),
+		     0);
+	cr_assert_eq(poll_one(B.rcq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+}
+
+Test(softib, bad_lkey_on_receive_is_a_protection_error)
+{
+	bring_up(A.qp);
+	bring_up(B.qp);
+	cr_assert_eq(post_recv(&B, 0, 1024, A.mr->lkey, 3), 0, "A's key is not B's");
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 10, A.mr->lkey, 0, 1), 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(B.rcq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_LOC_PROT_ERR);
+}
+
+Test(softib, inline_limit_is_enforced_at_post_time)
+{
+	bring_up(A.qp);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 65, A.mr->lkey, IBV_SEND_INLINE, 1),
+		     EINVAL);
+	struct ibv_qp_init_attr qa = {.send_cq = A.scq, .recv_cq = A.rcq, .qp_type = IBV_QPT_UD,
+				      .cap = {.max_send_wr = 8, .max_recv_wr = 8,
+					      .max_inline_data = 100000}};
+	errno = 0;
+	cr_assert_null(V->create_qp(A.pd, &qa));
+	cr_assert_eq(errno, EINVAL);
+}
+
+Test(softib, qkey_mismatch_is_dropped_by_the_receiver)
+{
+	bring_up(A.qp);
+	bring_up(B.qp);
+	cr_assert_eq(post_recv(&B, 0, 1024, B.mr->lkey, 1), 0);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY + 1, 0, 10, A.mr->lkey, 0, 1), 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(B.rcq, &wc), 0);
+	struct softib_qp_counters k;
+	softib_qp_counters(B.qp, &k);
+	cr_assert_eq(k.drop_qkey, 1);
+	/* A QKey with the high bit set means "the sending QP's own". */
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, 0x80000000u, 0, 10, A.mr->lkey, 0, 2), 0);
+	cr_assert_eq(poll_one(B.rcq, &wc), 1);
+}
+
+Test(softib, address_handles_to_nowhere)
+{
+	struct ibv_ah_attr a = {.port_num = 1, .is_global = 1, .grh = {.sgid_index = 3}};
+	memset(a.grh.dgid.raw, 0x42, 16);
+	errno = 0;
+	cr_assert_null(V->create_ah(A.pd, &a), "a GID off this fabric does not resolve");
+	cr_assert_eq(errno, EHOSTUNREACH);
+	a.is_global = 0;
+	cr_assert_null(V->create_ah(A.pd, &a), "RoCE needs a GRH");
+	/* A QPN nobody owns: the send completes, the packet is lost. */
+	bring_up(A.qp);
+	cr_assert_eq(send_to(&A, ah_to_b, 0xabcdef, QKEY, 0, 10, A.mr->lkey, IBV_SEND_SIGNALED, 3), 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(A.scq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+	/* An AH of another PD is a local QP operation error. */
+	struct ibv_ah *foreign = make_ah(&B, 3);
+	cr_assert_eq(send_to(&A, foreign, B.qp->qp_num, QKEY, 0, 10, A.mr->lkey, 0, 4), 0);
+	cr_assert_eq(poll_one(A.scq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_LOC_QP_OP_ERR);
+	V->destroy_ah(foreign);
+}
+
+Test(softib, unsignalled_sends_fill_the_send_queue_until_a_signalled_one_is_polled)
+{
+	bring_up(A.qp);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 8, A.mr->lkey,
+				     i == 7 ? IBV_SEND_SIGNALED : 0, (uint64_t)i),
+			     0);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 8, A.mr->lkey, 0, 8), ENOMEM);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(A.scq, &wc), 1);
+	cr_assert_eq(wc.wr_id, 7);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 8, A.mr->lkey, 0, 8), 0);
+}
+
+Test(softib, completion_channel_wakes_only_when_armed)
+{
+	bring_up(A.qp);
+	bring_up(B.qp);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(post_recv(&B, (size_t)i * 1024, 1024, B.mr->lkey, (uint64_t)i), 0);
+	struct pollfd p = {.fd = B.ch->fd, .events = POLLIN};
+	/* Not armed: a packet arrives silently. */
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 8, A.mr->lkey, 0, 1), 0);
+	cr_assert_eq(poll(&p, 1, 0), 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(B.rcq, &wc), 1);
+	/* Armed: the next packet makes the fd readable, once. */
+	cr_assert_eq(ibv_req_notify_cq(B.rcq, 0), 0);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 8, A.mr->lkey, 0, 2), 0);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 8, A.mr->lkey, 0, 3), 0);
+	cr_assert_eq(poll(&p, 1, 5000), 1);
+	struct ibv_cq *cq;
+	void *cq_ctx;
+	cr_assert_eq(V->get_cq_event(B.ch, &cq, &cq_ctx), 0);
+	cr_assert_eq(cq, B.rcq);
+	cr_assert_eq(cq_ctx, &B);
+	V->ack_cq_events(cq, 1);
+	cr_assert_eq(poll(&p, 1, 0), 0, "one event per arm");
+	cr_assert_eq(ibv_poll_cq(B.rcq, 4, (struct ibv_wc[4]){0}), 2);
+}
+
+Test(softib, completion_channel_wakes_another_process)
+{
+	bring_up(A.qp);
+	bring_up(B.qp);
+	cr_assert_eq(post_recv(&B, 0, 1024, B.mr->lkey, 1), 0);
+	cr_assert_eq(ibv_req_notify_cq(B.rcq, 0), 0);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		char c;
+		if (read(go[0], &c, 1) != 1)
+			_exit(2);
+		/* The child uses A's (inherited) QP: a different process sends. */
+		_exit(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 8, A.mr->lkey, 0, 1) ? 1 : 0);
+	}
+	struct pollfd p = {.fd = B.ch->fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 0), 0);
+	cr_assert_eq(write(go[1], "x", 1), 1);
+	cr_assert_eq(poll(&p, 1, 10000), 1, "woken by the other process");
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(B.rcq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+	close(go[0]);
+	close(go[1]);
+}
+
+Test(softib, queues_of_a_crashed_process_are_reclaimed)
+{
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct end C = {0};
+		open_ctx(&C);
+		C.qp = make_qp(&C, 0);
+		uint32_t qpn = C.qp ? C.qp->qp_num : 0;
+		if (write(pfd[1], &qpn, sizeof(qpn)) != sizeof(qpn))
+			_exit(1);
+		pause(); /* killed with its QP still up */
+		_exit(0);
+	}
+	uint32_t qpn = 0;
+	cr_assert_eq(read(pfd[0], &qpn, sizeof(qpn)), (ssize_t)sizeof(qpn));
+	cr_assert_neq(qpn, 0);
+	cr_assert(softib_qpn_live(A.ctx, qpn));
+	cr_assert_eq(softib_reclaim(A.ctx), 0, "a live process keeps its queues");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	cr_assert_eq(softib_reclaim(A.ctx), 1);
+	cr_assert_not(softib_qpn_live(A.ctx, qpn));
+	char dir[64], path[512];
+	softib_fabric_dir(dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/%s.qp.%06x", dir, fabric, qpn);
+	struct stat st;
+	cr_assert_neq(stat(path, &st), 0, "its ring is gone");
+	/* Sending there now is a packet into the void, not a crash. */
+	bring_up(A.qp);
+	cr_assert_eq(send_to(&A, ah_to_b, qpn, QKEY, 0, 8, A.mr->lkey, IBV_SEND_SIGNALED, 1), 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(A.scq, &wc), 1);
+	close(pfd[0]);
+	close(pfd[1]);
+}
+
+Test(softib, fabric_directory_is_private)
+{
+	char dir[64];
+	cr_assert_eq(softib_fabric_dir(dir, sizeof(dir)), 0);
+	struct stat st;
+	cr_assert_eq(stat(dir, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0700);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s.fabric", dir, fabric);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0600);
+}
+
+Test(softib, busy_objects_refuse_destruction)
+{
+	cr_assert_eq(V->destroy_cq(A.rcq), EBUSY, "a QP still receives into it");
+	cr_assert_eq(V->destroy_comp_channel(A.ch), EBUSY, "a CQ still uses it");
+	cr_assert_eq(V->dealloc_pd(A.pd), EBUSY, "QP and MR still in it");
+}

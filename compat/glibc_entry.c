@@ -17,6 +17,8 @@
  * they bind to the first definition in the process: libferry's interposer
  * when it is loaded, libc otherwise.
  */
+#include "autoconfig.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>

@@ -1,0 +1,146 @@
+# Shared by the integration tests (sourced, POSIX sh): paths, transport,
+# process bookkeeping with cleanup on any exit, free ports, counter sums.
+#
+# Environment: FERRY_TEST_BUILDDIR / FERRY_TEST_SRCDIR (set by make check),
+# FERRY_TEST_TRANSPORT (udp by default; softib once it exists) or the first
+# argument of the test script, FERRY_TEST_KEEP=1 keeps the work directory.
+
+set -u
+
+builddir=${FERRY_TEST_BUILDDIR:-$(pwd)}
+srcdir=${FERRY_TEST_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+transport=${1:-${FERRY_TEST_TRANSPORT:-udp}}
+ferry_run=$builddir/ferry-run
+test_name=$(basename "$0" .sh)
+
+# Nothing the caller set may leak into the runs we compare.
+unset LD_PRELOAD FERRY_ENABLE FERRY_TRANSPORT FERRY_PORTS FERRY_STATS FERRY_PEERS 2>/dev/null
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-$test_name.XXXXXX")
+pids=
+
+log() { echo "[$test_name $(date +%H:%M:%S)] $*"; }
+
+fail() {
+	echo "FAIL: $test_name ($transport): $*"
+	exit 1
+}
+
+skip() {
+	echo "SKIP: $test_name: $*"
+	exit 77
+}
+
+# Kills what we started (only those pids), TERM first, then KILL.
+cleanup() {
+	rc=$?
+	trap - EXIT INT TERM
+	for p in $pids; do kill -TERM "$p" 2>/dev/null; done
+	for p in $pids; do
+		i=0
+		while kill -0 "$p" 2>/dev/null && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
+		kill -KILL "$p" 2>/dev/null
+	done
+	if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
+		for f in "$work"/*.log; do
+			[ -s "$f" ] || continue
+			echo "--- $f (last 20 lines)"
+			tail -20 "$f"
+		done
+	fi
+	if [ "${FERRY_TEST_KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+need() { # binary...
+	for b in "$@"; do
+		command -v "$b" >/dev/null 2>&1 || skip "$b is not installed"
+	done
+}
+
+need_ferry() {
+	[ -x "$ferry_run" ] || skip "ferry-run not built in $builddir"
+	lib=$("$ferry_run" --print-lib)
+	[ -f "$lib" ] || skip "libferry.so not built ($lib)"
+}
+
+# bg NAME CMD...: starts CMD in the background, logs to $work/NAME.log.
+bg() {
+	name=$1
+	shift
+	"$@" >"$work/$name.log" 2>&1 &
+	last_pid=$!
+	pids="$pids $last_pid"
+}
+
+# ferry NAME CMD...: CMD preloaded, its counters in $work/NAME-<pid>.json.
+ferry_cmd() {
+	name=$1
+	shift
+	"$ferry_run" --transport "$transport" --stats "$work/stats-$name-%p.json" "$@"
+}
+
+# A TCP port free for both TCP and UDP (a ferry listener also binds UDP).
+free_port() {
+	i=0
+	while [ $i -lt 200 ]; do
+		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
+		if ! ss -Htuan 2>/dev/null | awk '{print $5}' | grep -q ":$p\$"; then
+			echo "$p"
+			return 0
+		fi
+		i=$((i + 1))
+	done
+	fail "no free port"
+}
+
+# Waits (10 s) until a TCP listener is up on 127.0.0.1:PORT, without connecting.
+wait_listen() {
+	i=0
+	while [ $i -lt 100 ]; do
+		ss -Hltn "sport = :$1" 2>/dev/null | grep -q LISTEN && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	fail "nothing listens on port $1"
+}
+
+# Waits for a pid to exit by itself (bounded); returns its status.
+wait_exit() { # pid seconds
+	i=0
+	while kill -0 "$1" 2>/dev/null && [ $i -lt $(($2 * 10)) ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	kill -0 "$1" 2>/dev/null && fail "pid $1 did not exit within $2 s"
+	wait "$1"
+}
+
+# Sum of one integer counter over the stats files matching a glob suffix.
+stat_sum() { # key [name-prefix]
+	cat "$work"/stats-${2:-}*.json 2>/dev/null | grep -o "\"$1\":[0-9]*" |
+		cut -d: -f2 | awk '{s += $1} END {print s + 0}'
+}
+
+stat_files() { ls "$work"/stats-${1:-}*.json 2>/dev/null | wc -l; }
+
+# Every stats file of a name prefix names the transport under test.
+check_transport() { # [name-prefix]
+	for f in "$work"/stats-${1:-}*.json; do
+		[ -f "$f" ] || fail "no counters written (stats-${1:-}*.json)"
+		grep -q "\"transport\":\"$transport\"" "$f" ||
+			fail "$(basename "$f") ran over $(grep -o '"transport":"[a-z]*"' "$f"), not $transport"
+	done
+}
+
+expect_ge() { # what value minimum
+	[ "$2" -ge "$3" ] || fail "$1 = $2, expected at least $3"
+	log "$1 = $2 (>= $3)"
+}
+
+expect_eq() { # what value wanted
+	[ "$2" = "$3" ] || fail "$1 = $2, expected $3"
+	log "$1 = $2"
+}

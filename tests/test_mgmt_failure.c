@@ -157,3 +157,22 @@ Test(mgmt_failure, killed_server_fails_pending_requests_and_client_recovers, .ti
 	server_kill(&again);
 	nexus_destroy(nx);
 }
+
+Test(mgmt_failure, heartbeats_keep_an_idle_session_alive, .timeout = 60)
+{
+	struct server srv = server_start();
+	struct nexus *nx = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	struct rpc *rpc = nexus_rpc(nx);
+	int s = connect_to(nx, srv.port);
+	cr_assert_geq(s, 0);
+	/* Idle for several failure timeouts: only heartbeats keep it up. */
+	usleep(5 * FAILURE_MS * 1000);
+	cr_assert_eq(nexus_stats(nx)->dead_peers, 0);
+	rpc_lock(rpc);
+	cr_assert(rpc_session_is_up(rpc, s));
+	rpc_unlock(rpc);
+	struct tmu_call c;
+	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), 0);
+	server_kill(&srv);
+	nexus_destroy(nx);
+}

@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -256,4 +257,28 @@ Test(mgmt_handshake, unlisten_stops_answering)
 	cr_assert_eq(mgmt_unlisten(nexus_mgmt(server), (struct sockaddr *)&a, sizeof(a)), 0);
 	cr_assert_eq(mgmt_listen_port(nexus_mgmt(server), (struct sockaddr *)&a, sizeof(a)), 0);
 	cr_assert_eq(connect_port(port, 30000), -ECONNREFUSED);
+}
+
+Test(mgmt_handshake, ferry_peers_are_connected_in_advance)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	cfg.transport = FERRY_TRANSPORT_UDP;
+	cfg.log_level = FERRY_LOG_ERROR;
+	/* One good peer, one that is not there, one that does not parse. */
+	uint16_t dead;
+	close(raw_socket(&dead));
+	snprintf(cfg.peers, sizeof(cfg.peers), "127.0.0.1:%u, 127.0.0.1:%u,nonsense", port, dead);
+	char msg[256];
+	int err;
+	struct nexus *nx = nexus_create(&cfg, &err, msg, sizeof(msg));
+	cr_assert_not_null(nx, "%s", msg);
+	while (STAT(nx, sessions) != 1) /* asynchronous; the suite timeout guards */
+		usleep(1000);
+	struct sockaddr_in a = tmu_loopback(port);
+	int s = mgmt_connect(nexus_mgmt(nx), nexus_rpc(nx), (struct sockaddr *)&a, sizeof(a), 5000);
+	cr_assert_geq(s, 0);
+	cr_assert_eq(STAT(nx, sessions), 1, "the pre-connected session is the one used");
+	cr_assert_eq(STAT(server, sessions), 1);
+	nexus_destroy(nx);
 }

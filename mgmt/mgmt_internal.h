@@ -1,0 +1,134 @@
+/*
+ * The management thread's state, shared by its two halves: mgmt.c (the
+ * thread, its command queue and sockets) and mgmt_session.c (handshakes,
+ * peers, heartbeats).
+ *
+ * Everything below the command queue (listeners, connects in progress,
+ * sessions, peers) belongs to the thread alone and is never locked; other
+ * threads reach it only through commands. An endpoint's lock is taken
+ * around each rpc call and never held across poll().
+ *
+ * The tables are linked lists: a process has a handful of peers and
+ * sessions (sessions are cached and shared by every stream), so a scan is
+ * cheaper than keeping a hash in step.
+ */
+#ifndef FERRY_MGMT_INTERNAL_H
+#define FERRY_MGMT_INTERNAL_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mgmt/mgmt.h"
+#include "mgmt/mgmt_net.h"
+#include "mgmt/mgmt_wire.h"
+
+#define MGMT_MS 1000000ull
+
+/* A process we share live sessions with. */
+struct mpeer {
+	struct mpeer *next;
+	uint64_t uuid;
+	struct mgmt_addr addr; /* where to ping: its control socket once a PING showed it */
+	bool addr_from_ping;
+	uint64_t last_heard_ns;
+	uint64_t next_ping_ns;
+	unsigned nsessions;
+};
+
+/* A session mgmt made. Closed server sessions stay a while as tombstones. */
+struct msess {
+	struct msess *next;
+	struct rpc *rpc;
+	int session;
+	uint64_t token;
+	uint64_t peer_uuid;
+	struct mpeer *peer; /* NULL once closed */
+	bool client;
+	bool up;
+	uint64_t closed_ns;
+	struct mgmt_addr rendezvous;      /* client: the address dialled */
+	uint8_t resp[MGMT_WIRE_MAX_SIZE]; /* server: the answer, for retried requests */
+	size_t resp_len;
+};
+
+/* Someone waiting for a connect: a blocked mgmt_connect or an async done(). */
+struct waiter {
+	struct waiter *next;
+	mgmt_connect_fn fn;
+	void *ctx;
+	bool sync;
+	int result;
+	uint64_t deadline_ns;
+};
+
+/* A connect in progress: one per (endpoint, address), shared by its waiters. */
+struct pending {
+	struct pending *next;
+	struct rpc *rpc;
+	struct mgmt_addr addr;
+	uint64_t token;
+	int session;
+	uint32_t max_data;
+	uint64_t next_try_ns;
+	uint64_t backoff_ns;
+	struct waiter *waiters;
+};
+
+struct listener {
+	struct listener *next;
+	int fd;
+	struct rpc *rpc;
+	struct mgmt_addr asked, bound;
+};
+
+struct cmd;
+
+struct mgmt {
+	const struct ferry_config *cfg;
+	struct ferry_stats *stats;
+	uint64_t uuid;
+	pthread_t thread;
+	int evfd;
+	int ctl4, ctl6; /* control sockets, IP_RECVERR on; ctl6 -1 without IPv6 */
+
+	pthread_mutex_t mu; /* guards the queue, stop and every sync cmd's done/result */
+	pthread_cond_t cv;
+	struct cmd *queue, **queue_tail;
+	bool stop;
+
+	struct listener *listeners;
+	size_t nlisteners;
+	struct pollfd *pfd; /* poll set, rebuilt each turn */
+	struct listener **pfd_owner;
+	size_t pfd_cap;
+	struct pending *pendings;
+	struct msess *sessions;
+	struct mpeer *peers;
+	uint64_t next_sweep_ns;
+	struct waiter *completions, **completions_tail; /* async done() calls due */
+};
+
+/* mgmt.c: completes w with result. A blocked caller wakes now; an async
+ * done() is deferred to the top of the loop, where no table is being walked
+ * and it may call back into mgmt. */
+void mgmt_waiter_done(struct mgmt *m, struct waiter *w, int result);
+
+/* mgmt_session.c */
+void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr,
+			struct waiter *w, uint64_t now);
+void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t *buf, size_t len,
+		      const struct sockaddr *src, socklen_t srclen, uint64_t now);
+/* An ICMP error (err, a positive errno) for a datagram sent to dest. */
+void mgmt_on_icmp_error(struct mgmt *m, const struct mgmt_addr *dest, int err);
+/* Runs retries, heartbeats and failure checks that are due; returns the
+ * poll timeout in ms until the next one. */
+int mgmt_timers(struct mgmt *m, uint64_t now);
+void mgmt_sess_disconnect(struct mgmt *m, struct rpc *rpc, int session, uint64_t now);
+/* Closes rpc's sessions on both sides and cancels its connects. */
+void mgmt_sess_forget(struct mgmt *m, struct rpc *rpc, uint64_t now);
+/* At stop: cancels connects, tells peers, frees every table entry. */
+void mgmt_sess_shutdown(struct mgmt *m);
+
+#endif

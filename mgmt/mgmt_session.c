@@ -1,0 +1,635 @@
+/*
+ * Sessions over the management channel: the handshake (client and server
+ * side), duplicate suppression, peers, heartbeats and failure detection.
+ * Runs on the management thread only (see mgmt_internal.h).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgmt/mgmt_internal.h"
+#include "transport/config.h"
+#include "transport/log.h"
+#include "transport/nic.h"
+#include "transport/pkthdr.h"
+#include "transport/rpc.h"
+#include "transport/stats.h"
+
+/* First CONNECT_REQ retry; doubles up to the cap. */
+#define RETRY_FIRST_NS (10 * MGMT_MS)
+#define RETRY_MAX_NS (200 * MGMT_MS)
+/* How long a closed server session stays to recognise a late retried
+ * CONNECT_REQ (and ignore it) instead of making a second session. */
+#define TOMBSTONE_NS (10000 * MGMT_MS)
+
+/* ---- small helpers ---- */
+
+static int ctl_fd(struct mgmt *m, const struct mgmt_addr *a)
+{
+	return mgmt_addr_family(a) == AF_INET6 ? m->ctl6 : m->ctl4;
+}
+
+static int send_msg(struct mgmt *m, int fd, const struct mgmt_msg *msg, const struct sockaddr *to,
+		    socklen_t tolen)
+{
+	uint8_t buf[MGMT_WIRE_MAX_SIZE];
+	size_t len = mgmt_wire_encode(msg, buf);
+	if (fd < 0)
+		return -EAFNOSUPPORT;
+	return mgmt_net_send(fd, buf, len, to, tolen);
+}
+
+static void send_ctl(struct mgmt *m, enum mgmt_msg_type type, uint64_t token,
+		     const struct mgmt_addr *to)
+{
+	struct mgmt_msg msg = {.type = type, .token = token, .uuid = m->uuid};
+	send_msg(m, ctl_fd(m, to), &msg, (const struct sockaddr *)&to->ss, to->len);
+}
+
+/* Payload per packet the path to a allows: the udp datapath's packets go
+ * where the management channel's do, so its route MTU is theirs. */
+static uint32_t path_data_max(struct mgmt *m, const struct nic_route *local,
+			      const struct mgmt_addr *a)
+{
+	if (local->kind != FERRY_TRANSPORT_UDP || m->cfg->mtu != 0)
+		return UINT32_MAX;
+	uint32_t pkt = mgmt_net_udp_payload_max(a);
+	if (pkt == 0)
+		return UINT32_MAX;
+	/* Below the minimum every session supports, IP fragments instead. */
+	return pkt > PKTHDR_SIZE + RPC_MIN_PKT_DATA ? pkt - PKTHDR_SIZE : RPC_MIN_PKT_DATA;
+}
+
+static uint32_t min32(uint32_t a, uint32_t b)
+{
+	return a < b ? a : b;
+}
+
+/* ---- peers ---- */
+
+static struct mpeer *peer_find(struct mgmt *m, uint64_t uuid)
+{
+	for (struct mpeer *p = m->peers; p; p = p->next)
+		if (p->uuid == uuid)
+			return p;
+	return NULL;
+}
+
+/* The peer's record, made on its first session; seen is where it spoke from. */
+static struct mpeer *peer_get(struct mgmt *m, uint64_t uuid, const struct mgmt_addr *seen,
+			      uint64_t now)
+{
+	struct mpeer *p = peer_find(m, uuid);
+	if (!p) {
+		p = calloc(1, sizeof(*p));
+		if (!p)
+			return NULL;
+		p->uuid = uuid;
+		p->next = m->peers;
+		m->peers = p;
+		p->next_ping_ns = now + (uint64_t)m->cfg->heartbeat_ms * MGMT_MS;
+	}
+	if (!p->addr_from_ping)
+		p->addr = *seen;
+	if (p->nsessions == 0)
+		p->last_heard_ns = now;
+	return p;
+}
+
+static void peer_free(struct mgmt *m, struct mpeer *p)
+{
+	for (struct mpeer **pp = &m->peers; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			free(p);
+			return;
+		}
+	}
+}
+
+/* ---- sessions ---- */
+
+static struct msess *sess_add(struct mgmt *m, struct rpc *rpc, int session, uint64_t token,
+			      struct mpeer *peer, bool client)
+{
+	struct msess *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->rpc = rpc;
+	s->session = session;
+	s->token = token;
+	s->peer_uuid = peer->uuid;
+	s->peer = peer;
+	s->client = client;
+	s->up = true;
+	peer->nsessions++;
+	s->next = m->sessions;
+	m->sessions = s;
+	stats_inc(m->stats->sessions);
+	return s;
+}
+
+static void sess_unlink(struct mgmt *m, struct msess *s)
+{
+	for (struct msess **pp = &m->sessions; *pp; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			return;
+		}
+	}
+}
+
+/*
+ * Ends a live session: resets it in the endpoint (unless the endpoint
+ * already reused the number for another session), tells the peer when
+ * notify, and forgets the peer once nothing is shared with it. A server
+ * session stays as a tombstone so a late retried CONNECT_REQ cannot raise
+ * it again. The record may be freed: callers must not touch it after.
+ */
+static void sess_close(struct mgmt *m, struct msess *s, int err, bool notify, uint64_t now)
+{
+	if (!s->up)
+		return;
+	rpc_lock(s->rpc);
+	if (rpc_session_token(s->rpc, s->session) == s->token)
+		rpc_session_reset(s->rpc, s->session, err);
+	rpc_unlock(s->rpc);
+	struct mpeer *p = s->peer;
+	if (notify)
+		send_ctl(m, MGMT_DISCONNECT, s->token, &p->addr);
+	s->up = false;
+	s->peer = NULL;
+	s->closed_ns = now;
+	stats_inc(m->stats->sessions_closed);
+	if (--p->nsessions == 0)
+		peer_free(m, p);
+	if (s->client) {
+		sess_unlink(m, s);
+		free(s);
+	}
+}
+
+static struct msess *sess_find_token(struct mgmt *m, uint64_t peer_uuid, uint64_t token)
+{
+	for (struct msess *s = m->sessions; s; s = s->next)
+		if (s->up && s->token == token && s->peer_uuid == peer_uuid)
+			return s;
+	return NULL;
+}
+
+/* Whether the endpoint still holds the session mgmt made (it may have reset
+ * it on its own, e.g. at rpc_destroy or on the application's request). */
+static bool sess_alive(struct msess *s)
+{
+	rpc_lock(s->rpc);
+	bool ok = rpc_session_is_up(s->rpc, s->session) &&
+		  rpc_session_token(s->rpc, s->session) == s->token;
+	rpc_unlock(s->rpc);
+	return ok;
+}
+
+/* ---- connects (client side) ---- */
+
+static void pending_unlink(struct mgmt *m, struct pending *p)
+{
+	for (struct pending **pp = &m->pendings; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			return;
+		}
+	}
+}
+
+/* Completes every waiter with result, and frees the attempt. */
+static void pending_finish(struct mgmt *m, struct pending *p, int result)
+{
+	if (result < 0 && p->session >= 0) {
+		rpc_lock(p->rpc);
+		if (rpc_session_token(p->rpc, p->session) == p->token)
+			rpc_session_reset(p->rpc, p->session, result);
+		rpc_unlock(p->rpc);
+	}
+	pending_unlink(m, p);
+	while (p->waiters) {
+		struct waiter *w = p->waiters;
+		p->waiters = w->next;
+		mgmt_waiter_done(m, w, result);
+	}
+	free(p);
+}
+
+static void pending_send(struct mgmt *m, struct pending *p, uint64_t now)
+{
+	struct mgmt_msg req = {.type = MGMT_CONNECT_REQ, .token = p->token, .uuid = m->uuid,
+			       .session = (uint16_t)p->session, .data_per_pkt = p->max_data};
+	rpc_lock(p->rpc);
+	rpc_local_route(p->rpc, &req.route);
+	rpc_unlock(p->rpc);
+	int rc = send_msg(m, ctl_fd(m, &p->addr), &req, (const struct sockaddr *)&p->addr.ss,
+			  p->addr.len);
+	p->next_try_ns = now + p->backoff_ns;
+	p->backoff_ns = p->backoff_ns * 2 < RETRY_MAX_NS ? p->backoff_ns * 2 : RETRY_MAX_NS;
+	/* A full send buffer is a lost datagram; the retry covers it. What
+	 * remains is the kernel saying the address cannot be reached at all. */
+	if (rc < 0 && rc != -EAGAIN && rc != -ENOBUFS && rc != -EINTR)
+		pending_finish(m, p, rc);
+}
+
+void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr,
+			struct waiter *w, uint64_t now)
+{
+	for (struct msess *s = m->sessions; s; s = s->next) {
+		if (!s->up || !s->client || s->rpc != rpc || !mgmt_addr_equal(&s->rendezvous, addr))
+			continue;
+		if (sess_alive(s)) {
+			mgmt_waiter_done(m, w, s->session);
+			return;
+		}
+		sess_close(m, s, -ECONNRESET, true, now);
+		break;
+	}
+	for (struct pending *p = m->pendings; p; p = p->next) {
+		if (p->rpc == rpc && mgmt_addr_equal(&p->addr, addr)) {
+			w->next = p->waiters;
+			p->waiters = w;
+			return;
+		}
+	}
+	if (ctl_fd(m, addr) < 0) {
+		mgmt_waiter_done(m, w, -EAFNOSUPPORT);
+		return;
+	}
+	struct pending *p = calloc(1, sizeof(*p));
+	if (!p) {
+		mgmt_waiter_done(m, w, -ENOMEM);
+		return;
+	}
+	p->rpc = rpc;
+	p->addr = *addr;
+	p->token = mgmt_net_random64();
+	p->backoff_ns = RETRY_FIRST_NS;
+	p->waiters = w;
+	struct nic_route local;
+	rpc_lock(p->rpc);
+	p->session = rpc_session_create(p->rpc, p->token);
+	rpc_local_route(p->rpc, &local);
+	p->max_data = rpc_max_pkt_data(p->rpc);
+	rpc_unlock(p->rpc);
+	p->next = m->pendings;
+	m->pendings = p;
+	if (p->session < 0) {
+		pending_finish(m, p, p->session);
+		return;
+	}
+	p->max_data = min32(p->max_data, path_data_max(m, &local, &p->addr));
+	pending_send(m, p, now);
+}
+
+static struct pending *pending_find_token(struct mgmt *m, uint64_t token)
+{
+	for (struct pending *p = m->pendings; p; p = p->next)
+		if (p->token == token)
+			return p;
+	return NULL;
+}
+
+static void on_connect_resp(struct mgmt *m, const struct mgmt_msg *msg, const struct mgmt_addr *from,
+			    uint64_t now)
+{
+	struct pending *p = pending_find_token(m, msg->token);
+	if (!p) {
+		/* A retried request's second answer, or an answer after we gave
+		 * up: in the latter case the server holds a session nobody
+		 * uses, so tell it. */
+		if (msg->status == 0 && !sess_find_token(m, msg->uuid, msg->token))
+			send_ctl(m, MGMT_DISCONNECT, msg->token, from);
+		return;
+	}
+	if (msg->status != 0) {
+		pending_finish(m, p, -msg->status);
+		return;
+	}
+	struct mpeer *peer = peer_get(m, msg->uuid, from, now);
+	if (!peer) {
+		send_ctl(m, MGMT_DISCONNECT, msg->token, from);
+		pending_finish(m, p, -ENOMEM);
+		return;
+	}
+	int rc = -EPROTO;
+	struct nic_route route = msg->route;
+	rpc_lock(p->rpc);
+	struct nic_route local;
+	rpc_local_route(p->rpc, &local);
+	if (route.kind == local.kind && msg->data_per_pkt >= RPC_MIN_PKT_DATA &&
+	    msg->data_per_pkt <= p->max_data) {
+		nic_route_fixup(rpc_nic(p->rpc), &route, (const struct sockaddr *)&from->ss, from->len);
+		rc = rpc_session_connect(p->rpc, p->session, &route, msg->session, msg->data_per_pkt);
+	}
+	rpc_unlock(p->rpc);
+	struct msess *s = rc == 0 ? sess_add(m, p->rpc, p->session, p->token, peer, true) : NULL;
+	if (!s) {
+		if (peer->nsessions == 0)
+			peer_free(m, peer);
+		send_ctl(m, MGMT_DISCONNECT, msg->token, from);
+		pending_finish(m, p, rc < 0 ? rc : -ENOMEM);
+		return;
+	}
+	s->rendezvous = p->addr;
+	log_debug("mgmt: session %d up to peer %016llx (%u bytes per packet)", s->session,
+		  (unsigned long long)msg->uuid, msg->data_per_pkt);
+	pending_finish(m, p, s->session);
+}
+
+/* Fails the attempt at dest: the kernel says nothing listens there. */
+void mgmt_on_icmp_error(struct mgmt *m, const struct mgmt_addr *dest, int err)
+{
+	if (err != ECONNREFUSED && err != EHOSTUNREACH && err != ENETUNREACH)
+		return;
+	for (struct pending *p = m->pendings; p; p = p->next) {
+		if (mgmt_addr_equal(&p->addr, dest)) {
+			pending_finish(m, p, -err);
+			return;
+		}
+	}
+}
+
+/* ---- answers (server side) ---- */
+
+static struct msess *sess_find_server(struct mgmt *m, uint64_t uuid, uint64_t token)
+{
+	for (struct msess *s = m->sessions; s; s = s->next)
+		if (!s->client && s->token == token && s->peer_uuid == uuid)
+			return s;
+	return NULL;
+}
+
+static void on_connect_req(struct mgmt *m, struct listener *l, const struct mgmt_msg *msg,
+			   const struct sockaddr *src, socklen_t srclen, const struct mgmt_addr *from,
+			   uint64_t now)
+{
+	struct msess *dup = sess_find_server(m, msg->uuid, msg->token);
+	if (dup) {
+		if (dup->up)
+			mgmt_net_send(l->fd, dup->resp, dup->resp_len, src, srclen);
+		return;
+	}
+	if (msg->token == 0) {
+		stats_inc(m->stats->mgmt_drops);
+		return;
+	}
+	struct mgmt_msg resp = {.type = MGMT_CONNECT_RESP, .token = msg->token, .uuid = m->uuid};
+	struct nic_route local;
+	rpc_lock(l->rpc);
+	rpc_local_route(l->rpc, &local);
+	uint32_t max = rpc_max_pkt_data(l->rpc);
+	rpc_unlock(l->rpc);
+	resp.route = local;
+
+	int session = -1, rc = 0;
+	if (msg->route.kind != local.kind)
+		rc = -EPROTONOSUPPORT;
+	else if (msg->data_per_pkt < RPC_MIN_PKT_DATA)
+		rc = -EINVAL;
+	struct mpeer *peer = rc ? NULL : peer_get(m, msg->uuid, from, now);
+	if (!rc && !peer)
+		rc = -ENOMEM;
+	if (!rc) {
+		uint32_t agreed = min32(min32(msg->data_per_pkt, max), path_data_max(m, &local, from));
+		struct nic_route route = msg->route;
+		rpc_lock(l->rpc);
+		session = rpc_session_create(l->rpc, msg->token);
+		if (session >= 0) {
+			nic_route_fixup(rpc_nic(l->rpc), &route, (const struct sockaddr *)&from->ss,
+					from->len);
+			rc = rpc_session_connect(l->rpc, session, &route, msg->session, agreed);
+			if (rc < 0)
+				rpc_session_reset(l->rpc, session, rc);
+		} else {
+			rc = session;
+		}
+		rpc_unlock(l->rpc);
+		resp.session = (uint16_t)(session >= 0 ? session : 0);
+		resp.data_per_pkt = agreed;
+	}
+	struct msess *s = NULL;
+	if (!rc) {
+		s = sess_add(m, l->rpc, session, msg->token, peer, false);
+		if (!s) {
+			rpc_lock(l->rpc);
+			rpc_session_reset(l->rpc, session, -ENOMEM);
+			rpc_unlock(l->rpc);
+			rc = -ENOMEM;
+		}
+	}
+	if (peer && peer->nsessions == 0)
+		peer_free(m, peer);
+	resp.status = -rc;
+	uint8_t buf[MGMT_WIRE_MAX_SIZE];
+	size_t len = mgmt_wire_encode(&resp, buf);
+	if (s) {
+		memcpy(s->resp, buf, len);
+		s->resp_len = len;
+		log_debug("mgmt: session %d up for peer %016llx", session,
+			  (unsigned long long)msg->uuid);
+	}
+	mgmt_net_send(l->fd, buf, len, src, srclen);
+}
+
+/* ---- datagrams ---- */
+
+void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t *buf, size_t len,
+		      const struct sockaddr *src, socklen_t srclen, uint64_t now)
+{
+	struct mgmt_msg msg;
+	struct mgmt_addr from;
+	if (mgmt_wire_decode(buf, len, &msg) < 0 || mgmt_addr_set(&from, src, srclen) < 0) {
+		stats_inc(m->stats->mgmt_drops);
+		return;
+	}
+	struct mpeer *peer = peer_find(m, msg.uuid);
+	if (peer)
+		peer->last_heard_ns = now;
+	switch (msg.type) {
+	case MGMT_CONNECT_REQ:
+		if (!l) {
+			stats_inc(m->stats->mgmt_drops);
+			return;
+		}
+		on_connect_req(m, l, &msg, src, srclen, &from, now);
+		break;
+	case MGMT_CONNECT_RESP:
+		on_connect_resp(m, &msg, &from, now);
+		break;
+	case MGMT_DISCONNECT: {
+		struct msess *s = sess_find_token(m, msg.uuid, msg.token);
+		if (s)
+			sess_close(m, s, -ENOTCONN, false, now);
+		break;
+	}
+	case MGMT_PING: {
+		/* Silence towards a process we share nothing with (or declared
+		 * dead) lets it reach the same verdict about us. */
+		if (!peer)
+			return;
+		peer->addr = from;
+		peer->addr_from_ping = true;
+		struct mgmt_msg pong = {.type = MGMT_PONG, .uuid = m->uuid};
+		send_msg(m, fd, &pong, src, srclen);
+		break;
+	}
+	case MGMT_PONG:
+		break;
+	}
+}
+
+/* ---- timers ---- */
+
+static void peer_dead(struct mgmt *m, struct mpeer *p, uint64_t now)
+{
+	log_warn("mgmt: peer %016llx silent for %u ms, declared dead; resetting its sessions",
+		 (unsigned long long)p->uuid, m->cfg->failure_timeout_ms);
+	stats_inc(m->stats->dead_peers);
+	/* sess_close frees p with its last session; stop before touching it. */
+	unsigned left = p->nsessions;
+	struct msess *s = m->sessions;
+	while (left > 0 && s) {
+		struct msess *next = s->next;
+		if (s->up && s->peer == p) {
+			left--;
+			sess_close(m, s, -ECONNRESET, false, now);
+		}
+		s = next;
+	}
+}
+
+/* Closes sessions the endpoint dropped by itself, drops old tombstones. */
+static void sweep(struct mgmt *m, uint64_t now)
+{
+	struct msess *s = m->sessions;
+	while (s) {
+		struct msess *next = s->next;
+		if (s->up && !sess_alive(s)) {
+			sess_close(m, s, -ECONNRESET, true, now);
+		} else if (!s->up && now - s->closed_ns > TOMBSTONE_NS) {
+			sess_unlink(m, s);
+			free(s);
+		}
+		s = next;
+	}
+}
+
+int mgmt_timers(struct mgmt *m, uint64_t now)
+{
+	uint64_t next = now + 1000 * MGMT_MS;
+	const uint64_t fail_ns = (uint64_t)m->cfg->failure_timeout_ms * MGMT_MS;
+	const uint64_t beat_ns = (uint64_t)m->cfg->heartbeat_ms * MGMT_MS;
+
+	struct pending *p = m->pendings;
+	while (p) {
+		struct pending *pnext = p->next;
+		for (struct waiter **wp = &p->waiters; *wp;) {
+			struct waiter *w = *wp;
+			if (now >= w->deadline_ns) {
+				*wp = w->next;
+				mgmt_waiter_done(m, w, -ETIMEDOUT);
+			} else {
+				if (w->deadline_ns < next)
+					next = w->deadline_ns;
+				wp = &w->next;
+			}
+		}
+		if (!p->waiters)
+			pending_finish(m, p, -ETIMEDOUT);
+		else if (now >= p->next_try_ns)
+			pending_send(m, p, now);
+		p = pnext;
+	}
+	for (p = m->pendings; p; p = p->next)
+		if (p->next_try_ns < next)
+			next = p->next_try_ns;
+
+	struct mpeer *peer = m->peers;
+	while (peer) {
+		struct mpeer *pnext = peer->next;
+		if (now - peer->last_heard_ns >= fail_ns) {
+			peer_dead(m, peer, now);
+		} else {
+			if (now >= peer->next_ping_ns) {
+				send_ctl(m, MGMT_PING, 0, &peer->addr);
+				peer->next_ping_ns = now + beat_ns;
+			}
+			if (peer->next_ping_ns < next)
+				next = peer->next_ping_ns;
+			if (peer->last_heard_ns + fail_ns < next)
+				next = peer->last_heard_ns + fail_ns;
+		}
+		peer = pnext;
+	}
+
+	if (m->sessions) {
+		if (now >= m->next_sweep_ns) {
+			sweep(m, now);
+			m->next_sweep_ns = now + beat_ns;
+		}
+		if (m->next_sweep_ns < next)
+			next = m->next_sweep_ns;
+	}
+	return (int)((next - now + MGMT_MS - 1) / MGMT_MS);
+}
+
+
+/* ---- commands' session work ---- */
+
+void mgmt_sess_disconnect(struct mgmt *m, struct rpc *rpc, int session, uint64_t now)
+{
+	for (struct msess *s = m->sessions; s; s = s->next) {
+		if (s->up && s->rpc == rpc && s->session == session) {
+			sess_close(m, s, -ENOTCONN, true, now);
+			return;
+		}
+	}
+}
+
+void mgmt_sess_forget(struct mgmt *m, struct rpc *rpc, uint64_t now)
+{
+	struct pending *p = m->pendings;
+	while (p) {
+		struct pending *next = p->next;
+		if (p->rpc == rpc)
+			pending_finish(m, p, -ECANCELED);
+		p = next;
+	}
+	struct msess *s = m->sessions;
+	while (s) {
+		struct msess *next = s->next;
+		if (s->rpc == rpc) {
+			bool client = s->client;
+			sess_close(m, s, -ENOTCONN, true, now); /* frees a client record */
+			if (!client) { /* a tombstone would point at a dead endpoint */
+				sess_unlink(m, s);
+				free(s);
+			}
+		}
+		s = next;
+	}
+}
+
+void mgmt_sess_shutdown(struct mgmt *m)
+{
+	while (m->pendings)
+		pending_finish(m, m->pendings, -ECANCELED);
+	while (m->sessions) {
+		struct msess *s = m->sessions;
+		m->sessions = s->next;
+		if (s->up) {
+			send_ctl(m, MGMT_DISCONNECT, s->token, &s->peer->addr);
+			stats_inc(m->stats->sessions_closed);
+		}
+		free(s);
+	}
+	while (m->peers) {
+		struct mpeer *p = m->peers;
+		m->peers = p->next;
+		free(p);
+	}
+}

@@ -400,16 +400,23 @@ static int client(const struct opts *o, const char *spec)
 	run_until(&b, clock_now_ns() + DRAIN_NS);
 
 	double secs = (double)(t1 - t0) / 1e9;
+	/* The whole counter set rides along: it proves the path taken and
+	 * explains drops (client side; the server's stay in its process). */
+	char stats[4096];
+	if (stats_format_json(st, nexus_transport(nx), stats, sizeof(stats)) < 0)
+		strcpy(stats, "{}\n");
+	stats[strcspn(stats, "\n")] = '\0';
 	qsort(b.samples, b.nsamples, sizeof(*b.samples), cmp_u64);
 	printf("{\"test\":\"%s\",\"transport\":\"%s\",\"size\":%u,\"batch\":%u,\"seconds\":%.3f,"
 	       "\"requests\":%llu,\"errors\":%llu,\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f,"
-	       "\"rps\":%.0f,\"gbps\":%.3f,\"retransmits\":%llu,\"drops\":%llu,\"drop\":%g}\n",
+	       "\"rps\":%.0f,\"gbps\":%.3f,\"retransmits\":%llu,\"drops\":%llu,\"drop\":%g,"
+	       "\"client_stats\":%s}\n",
 	       test_names[o->test], nexus_transport(nx), o->size, window, secs,
 	       (unsigned long long)b.completed, (unsigned long long)b.errors,
 	       pct_us(b.samples, b.nsamples, 0.50), pct_us(b.samples, b.nsamples, 0.99),
 	       pct_us(b.samples, b.nsamples, 0.999), (double)b.completed / secs,
 	       (double)b.bytes * 8 / secs / 1e9, (unsigned long long)retx,
-	       (unsigned long long)drops, o->drop);
+	       (unsigned long long)drops, o->drop, stats);
 	fflush(stdout);
 	if (b.errors)
 		fprintf(stderr, "ferry-bench: %llu requests failed, last with %s\n",

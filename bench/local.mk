@@ -6,3 +6,6 @@ bench_udp_pingpong_SOURCES = bench/udp_pingpong.c
 noinst_PROGRAMS += bench/ferry-bench
 bench_ferry_bench_SOURCES = bench/ferry-bench.c
 bench_ferry_bench_LDADD = libferry_core.la
+# shm_pingpong: bare shared-memory ping-pong and memcpy bandwidth, the softib baseline.
+noinst_PROGRAMS += bench/shm_pingpong
+bench_shm_pingpong_SOURCES = bench/shm_pingpong.c

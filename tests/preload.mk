@@ -7,3 +7,16 @@ tests_sockets_sockcheck_SOURCES = tests/sockets/harness.c tests/sockets/harness.
 tests_sockets_sockcheck_LDADD = $(PTHREAD_LIBS)
 TESTS += tests/sockets/check.sh
 EXTRA_DIST += tests/sockets/check.sh tests/integration/lib.sh
+# tests/integration: real servers and clients preloaded (transport: FERRY_TEST_TRANSPORT, default udp).
+check_PROGRAMS += tests/integration/tcpcat tests/integration/connhold
+tests_integration_tcpcat_SOURCES = tests/integration/tcpcat.c
+tests_integration_connhold_SOURCES = tests/integration/connhold.c
+FERRY_INTEGRATION_TESTS = tests/integration/redis.sh tests/integration/memcached.sh \
+	tests/integration/mixed.sh tests/integration/kill.sh
+TESTS += $(FERRY_INTEGRATION_TESTS)
+EXTRA_DIST += $(FERRY_INTEGRATION_TESTS)
+# The same tests over another datapath: make check-transport FERRY_TEST_TRANSPORT=softib
+check-transport:
+	$(MAKE) $(AM_MAKEFLAGS) check TESTS='tests/sockets/check.sh $(FERRY_INTEGRATION_TESTS)' \
+		FERRY_TEST_TRANSPORT='$(FERRY_TEST_TRANSPORT)'
+.PHONY: check-transport

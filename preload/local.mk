@@ -1,4 +1,28 @@
 # preload: build fragment, included from Makefile.am
+# libferry.so: the interposer. Only the interposed libc names are exported
+# (-fvisibility=hidden plus the version script); LD_PRELOAD=.libs/libferry.so
+# in the build tree.
+lib_LTLIBRARIES += libferry.la
+libferry_la_SOURCES = \
+	preload/libc.c preload/libc.h preload/export.h \
+	preload/fdtable.c preload/fdtable.h \
+	preload/wait.c preload/wait.h \
+	preload/epoll.c preload/epoll.h \
+	preload/poll.c \
+	preload/rxbuf.c preload/rxbuf.h \
+	preload/stream.c preload/stream.h \
+	preload/peercache.c preload/peercache.h \
+	preload/socket.c preload/sock.h \
+	preload/io.c \
+	preload/progress.c preload/progress.h \
+	preload/fork.c \
+	preload/ferry.c preload/ferry.h
+libferry_la_CFLAGS = $(AM_CFLAGS) -fPIC
+libferry_la_LIBADD = libferry_core.la $(PTHREAD_LIBS)
+libferry_la_LDFLAGS = $(AM_LDFLAGS) -avoid-version -module -shared \
+	-Wl,--version-script=$(srcdir)/preload/libferry.map -Wl,-z,nodelete
+EXTRA_libferry_la_DEPENDENCIES = preload/libferry.map
+EXTRA_DIST += preload/libferry.map
 # ferry-run (tests/sockets owner): one generated script for the build tree and the install.
 bin_SCRIPTS += ferry-run
 CLEANFILES += ferry-run

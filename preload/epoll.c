@@ -1,0 +1,670 @@
+/* epoll over ferry files, merged with the kernel's epoll for plain fds. */
+#include "autoconfig.h"
+
+#include "preload/epoll.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+
+#include "preload/export.h"
+#include "preload/fdtable.h"
+#include "preload/libc.h"
+#include "preload/wait.h"
+#include "transport/clock.h"
+
+#define EP_FLAG_BITS (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)
+/* A level-triggered list starved of kernel events is checked this often. */
+#define EP_KERNEL_EVERY 8
+
+struct fepoll;
+
+struct epitem {
+	struct fepoll *ep;
+	struct ffile *file;
+	int fd;
+	uint32_t events;
+	epoll_data_t data;
+	bool ready, disabled, kernel;
+	struct epitem *rnext, *rprev; /* ready list (ep lock) */
+	struct epitem *fnext, *fprev; /* file's list (file wlock) */
+	struct epitem *enext, *eprev; /* instance's list (ep lock) */
+};
+
+struct fepoll {
+	int epfd;
+	int wakefd;
+	pthread_mutex_t lock;
+	struct epitem *items;
+	struct epitem *rhead, *rtail;
+	int sleepers; /* atomic */
+	int watched;  /* atomic: inside another epoll or polled */
+	int signaled; /* atomic: wakefd holds a count */
+	unsigned calls;
+};
+
+/* Tags for our own fds in a kernel instance: addresses nothing else has. */
+static char ep_wake_tag, ep_notify_tag;
+static int ep_notify_fd = -1;
+
+void epoll_set_notify_fd(int fd)
+{
+	__atomic_store_n(&ep_notify_fd, fd, __ATOMIC_RELEASE);
+}
+
+static void ep_signal(struct fepoll *ep)
+{
+	if (__atomic_exchange_n(&ep->signaled, 1, __ATOMIC_ACQ_REL))
+		return;
+	uint64_t one = 1;
+	ssize_t r = libc()->write(ep->wakefd, &one, sizeof(one));
+	(void)r;
+}
+
+static void ep_drain(struct fepoll *ep)
+{
+	if (!__atomic_load_n(&ep->signaled, __ATOMIC_ACQUIRE))
+		return;
+	uint64_t v;
+	ssize_t r = libc()->read(ep->wakefd, &v, sizeof(v));
+	(void)r;
+	__atomic_store_n(&ep->signaled, 0, __ATOMIC_RELEASE);
+}
+
+/* --- lists (ep lock held) --- */
+
+static void ready_unlink(struct fepoll *ep, struct epitem *it)
+{
+	if (!it->ready)
+		return;
+	if (it->rprev)
+		it->rprev->rnext = it->rnext;
+	else
+		ep->rhead = it->rnext;
+	if (it->rnext)
+		it->rnext->rprev = it->rprev;
+	else
+		ep->rtail = it->rprev;
+	it->ready = false;
+	it->rnext = it->rprev = NULL;
+}
+
+/* Returns whether the list was empty before. */
+static bool ready_append(struct fepoll *ep, struct epitem *it)
+{
+	if (it->ready)
+		return false;
+	bool was_empty = ep->rhead == NULL;
+	it->ready = true;
+	it->rnext = NULL;
+	it->rprev = ep->rtail;
+	if (ep->rtail)
+		ep->rtail->rnext = it;
+	else
+		ep->rhead = it;
+	ep->rtail = it;
+	return was_empty;
+}
+
+static void ep_items_unlink(struct fepoll *ep, struct epitem *it)
+{
+	if (it->eprev)
+		it->eprev->enext = it->enext;
+	else
+		ep->items = it->enext;
+	if (it->enext)
+		it->enext->eprev = it->eprev;
+}
+
+/* file wlock held */
+static void file_items_unlink(struct ffile *f, struct epitem *it)
+{
+	if (it->fprev)
+		it->fprev->fnext = it->fnext;
+	else
+		f->epitems = it->fnext;
+	if (it->fnext)
+		it->fnext->fprev = it->fprev;
+}
+
+static uint32_t item_want(const struct epitem *it)
+{
+	return (it->events & ~(uint32_t)EP_FLAG_BITS) | EPOLLERR | EPOLLHUP;
+}
+
+/* Queues it as ready and wakes a sleeper if one may need it; returns whether
+ * a wake-up was sent. */
+static bool ep_make_ready(struct fepoll *ep, struct epitem *it, bool may_wake)
+{
+	pthread_mutex_lock(&ep->lock);
+	bool was_empty = ready_append(ep, it);
+	bool wake = may_wake && was_empty &&
+		    (__atomic_load_n(&ep->sleepers, __ATOMIC_ACQUIRE) > 0 ||
+		     __atomic_load_n(&ep->watched, __ATOMIC_RELAXED));
+	pthread_mutex_unlock(&ep->lock);
+	if (wake)
+		ep_signal(ep);
+	return wake;
+}
+
+void epoll_file_event(struct ffile *f, uint32_t mask, uint32_t events)
+{
+	bool exclusive_woken = false;
+	for (struct epitem *it = f->epitems; it; it = it->fnext) {
+		if (it->disabled)
+			continue;
+		uint32_t want = item_want(it);
+		if (!(events & want) || !(mask & want))
+			continue;
+		if (it->events & EPOLLEXCLUSIVE) {
+			/* Every exclusive watcher sees the item on its next wait, but
+			 * only one sleeping one is woken for it, as in the kernel. */
+			bool sleeping = __atomic_load_n(&it->ep->sleepers, __ATOMIC_ACQUIRE) > 0;
+			if (ep_make_ready(it->ep, it, !exclusive_woken && sleeping))
+				exclusive_woken = true;
+		} else {
+			ep_make_ready(it->ep, it, true);
+		}
+	}
+}
+
+void epoll_file_gone(struct ffile *f)
+{
+	pthread_mutex_lock(&f->wlock);
+	struct epitem *it = f->epitems;
+	f->epitems = NULL;
+	while (it) {
+		struct epitem *next = it->fnext;
+		struct fepoll *ep = it->ep;
+		pthread_mutex_lock(&ep->lock);
+		ready_unlink(ep, it);
+		ep_items_unlink(ep, it);
+		pthread_mutex_unlock(&ep->lock);
+		free(it);
+		it = next;
+	}
+	pthread_mutex_unlock(&f->wlock);
+}
+
+void epoll_file_kernelize(struct ffile *f)
+{
+	pthread_mutex_lock(&f->wlock);
+	struct epitem *it = f->epitems;
+	f->epitems = NULL;
+	while (it) {
+		struct epitem *next = it->fnext;
+		struct fepoll *ep = it->ep;
+		if (!it->kernel) {
+			struct epoll_event ev = {.events = it->events, .data = it->data};
+			/* A fired one-shot stays registered but disarmed. */
+			if (it->disabled)
+				ev.events &= (uint32_t)EP_FLAG_BITS;
+			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, it->fd, &ev);
+		}
+		pthread_mutex_lock(&ep->lock);
+		ready_unlink(ep, it);
+		ep_items_unlink(ep, it);
+		pthread_mutex_unlock(&ep->lock);
+		free(it);
+		it = next;
+	}
+	pthread_mutex_unlock(&f->wlock);
+}
+
+/* --- instances --- */
+
+static void fepoll_release(struct ffile *file)
+{
+	struct fepoll *ep = file->priv;
+	for (;;) {
+		pthread_mutex_lock(&ep->lock);
+		struct epitem *first = ep->items;
+		struct ffile *f = first ? first->file : NULL;
+		pthread_mutex_unlock(&ep->lock);
+		if (!f)
+			break;
+		/* Files are type-stable, so taking this lock is safe even if f is
+		 * being recycled; the item is looked up again under both locks. */
+		pthread_mutex_lock(&f->wlock);
+		pthread_mutex_lock(&ep->lock);
+		for (struct epitem *it = ep->items; it; it = it->enext) {
+			if (it->file != f)
+				continue;
+			ready_unlink(ep, it);
+			ep_items_unlink(ep, it);
+			file_items_unlink(f, it);
+			free(it);
+			break;
+		}
+		pthread_mutex_unlock(&ep->lock);
+		pthread_mutex_unlock(&f->wlock);
+	}
+	libc()->close(ep->wakefd);
+	pthread_mutex_destroy(&ep->lock);
+	free(ep);
+}
+
+/* Makes the kernel instance epfd a ferry one; returns its file, referenced. */
+static struct ffile *fepoll_convert(int epfd, int *err)
+{
+	struct fepoll *ep = calloc(1, sizeof(*ep));
+	if (!ep) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	ep->epfd = epfd;
+	pthread_mutex_init(&ep->lock, NULL);
+	ep->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ep->wakefd < 0) {
+		*err = -errno;
+		free(ep);
+		return NULL;
+	}
+	/* Also proves epfd is an epoll instance: the kernel refuses otherwise. */
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &ep_wake_tag};
+	if (libc()->epoll_ctl(epfd, EPOLL_CTL_ADD, ep->wakefd, &ev) != 0) {
+		*err = -errno;
+		libc()->close(ep->wakefd);
+		free(ep);
+		return NULL;
+	}
+	int nfd = __atomic_load_n(&ep_notify_fd, __ATOMIC_ACQUIRE);
+	if (nfd >= 0) {
+		struct epoll_event nev = {.events = EPOLLIN | EPOLLET, .data.ptr = &ep_notify_tag};
+		libc()->epoll_ctl(epfd, EPOLL_CTL_ADD, nfd, &nev);
+	}
+	struct ffile *f = ffile_new(&fdtab, FFILE_EPOLL);
+	if (!f) {
+		libc()->close(ep->wakefd);
+		free(ep);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	f->priv = ep;
+	f->release = fepoll_release;
+	int rc = fdtable_install(&fdtab, epfd, f);
+	if (rc < 0) {
+		/* Another thread converted it first (-EEXIST): use theirs. */
+		libc()->epoll_ctl(epfd, EPOLL_CTL_DEL, ep->wakefd, NULL);
+		ffile_put(&fdtab, f);
+		if (rc == -EEXIST) {
+			struct ffile *other = fdtable_get(&fdtab, epfd);
+			if (other && other->kind == FFILE_EPOLL)
+				return other;
+			if (other)
+				ffile_put(&fdtab, other);
+		}
+		*err = rc == -EEXIST ? -EINVAL : rc;
+		return NULL;
+	}
+	return f;
+}
+
+static struct epitem *ep_find(struct fepoll *ep, int fd, struct ffile *f)
+{
+	for (struct epitem *it = ep->items; it; it = it->enext)
+		if (it->fd == fd && it->file == f)
+			return it;
+	return NULL;
+}
+
+static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
+			struct epoll_event *ev)
+{
+	int rc = 0;
+	bool check = false;
+	struct epitem *it;
+	pthread_mutex_lock(&f->wlock);
+	pthread_mutex_lock(&ep->lock);
+	it = ep_find(ep, fd, f);
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		if (it) {
+			rc = -EEXIST;
+			break;
+		}
+		it = calloc(1, sizeof(*it));
+		if (!it) {
+			rc = -ENOMEM;
+			break;
+		}
+		it->ep = ep;
+		it->file = f;
+		it->fd = fd;
+		it->events = ev->events;
+		it->data = ev->data;
+		it->enext = ep->items;
+		if (it->enext)
+			it->enext->eprev = it;
+		ep->items = it;
+		it->fnext = f->epitems;
+		if (it->fnext)
+			it->fnext->fprev = it;
+		f->epitems = it;
+		if (f->hybrid) {
+			if (libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, fd, ev) == 0)
+				it->kernel = true;
+		}
+		check = true;
+		break;
+	case EPOLL_CTL_MOD:
+		if (!it) {
+			rc = -ENOENT;
+			break;
+		}
+		if ((ev->events & EPOLLEXCLUSIVE) || (it->events & EPOLLEXCLUSIVE)) {
+			rc = -EINVAL; /* the kernel refuses MOD on exclusive items */
+			break;
+		}
+		it->events = ev->events;
+		it->data = ev->data;
+		it->disabled = false;
+		if (it->kernel)
+			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_MOD, fd, ev);
+		ready_unlink(ep, it);
+		check = true;
+		break;
+	case EPOLL_CTL_DEL:
+		if (!it) {
+			rc = -ENOENT;
+			break;
+		}
+		if (it->kernel)
+			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
+		ready_unlink(ep, it);
+		ep_items_unlink(ep, it);
+		file_items_unlink(f, it);
+		free(it);
+		it = NULL;
+		break;
+	default:
+		rc = -EINVAL;
+	}
+	pthread_mutex_unlock(&ep->lock);
+	if (check && (ffile_mask(f) & item_want(it)))
+		ep_make_ready(ep, it, true);
+	pthread_mutex_unlock(&f->wlock);
+	return rc;
+}
+
+/* An epoll fd is being watched from outside (nested or polled): keep its
+ * wake-up fd readable whenever ferry items are ready. */
+void epoll_mark_watched(struct ffile *f);
+void epoll_mark_watched(struct ffile *f)
+{
+	struct fepoll *ep = f->priv;
+	__atomic_store_n(&ep->watched, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&ep->lock);
+	bool ready = ep->rhead != NULL;
+	pthread_mutex_unlock(&ep->lock);
+	if (ready)
+		ep_signal(ep);
+}
+
+int fepoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	if (op != EPOLL_CTL_DEL && !ev)
+		return -EFAULT;
+	struct ffile *tf = fdtable_get(&fdtab, fd);
+	if (tf && tf->kind != FFILE_SOCK && tf->kind != FFILE_TEST) {
+		/* Epoll instances (and dead inherited fds) are the kernel's to
+		 * watch: an instance's kernel fd carries its readiness. */
+		if (tf->kind == FFILE_EPOLL && op == EPOLL_CTL_ADD)
+			epoll_mark_watched(tf);
+		ffile_put(&fdtab, tf);
+		tf = NULL;
+	}
+	if (!tf)
+		return libc()->epoll_ctl(epfd, op, fd, ev) == 0 ? 0 : -errno;
+	if (fd == epfd) {
+		ffile_put(&fdtab, tf);
+		return -EINVAL;
+	}
+	int rc = 0;
+	struct ffile *ef = fdtable_get(&fdtab, epfd);
+	if (ef && ef->kind != FFILE_EPOLL) {
+		ffile_put(&fdtab, ef);
+		ffile_put(&fdtab, tf);
+		return -EINVAL;
+	}
+	if (!ef) {
+		if (op != EPOLL_CTL_ADD) {
+			ffile_put(&fdtab, tf);
+			return -ENOENT;
+		}
+		ef = fepoll_convert(epfd, &rc);
+		if (!ef) {
+			ffile_put(&fdtab, tf);
+			return rc;
+		}
+	}
+	rc = ep_ctl_ferry(ef->priv, op, fd, tf, ev);
+	ffile_put(&fdtab, ef);
+	ffile_put(&fdtab, tf);
+	return rc;
+}
+
+/* Copies out ready ferry items; level-triggered ones stay queued (at the
+ * tail, so a busy fd does not starve the others). */
+static int ep_harvest(struct fepoll *ep, struct epoll_event *out, int max)
+{
+	int n = 0;
+	pthread_mutex_lock(&ep->lock);
+	struct epitem *keep_head = NULL, *keep_tail = NULL;
+	struct epitem *it = ep->rhead;
+	while (it && n < max) {
+		struct epitem *next = it->rnext;
+		uint32_t m = it->disabled ? 0 : ffile_mask(it->file) & item_want(it);
+		ready_unlink(ep, it);
+		if (m) {
+			out[n].events = m;
+			out[n].data = it->data;
+			n++;
+			if (it->events & EPOLLONESHOT) {
+				it->disabled = true;
+			} else if (!(it->events & EPOLLET)) {
+				it->ready = true;
+				it->rnext = NULL;
+				it->rprev = keep_tail;
+				if (keep_tail)
+					keep_tail->rnext = it;
+				else
+					keep_head = it;
+				keep_tail = it;
+			}
+		}
+		it = next;
+	}
+	if (keep_head) {
+		keep_head->rprev = ep->rtail;
+		if (ep->rtail)
+			ep->rtail->rnext = keep_head;
+		else
+			ep->rhead = keep_head;
+		ep->rtail = keep_tail;
+	}
+	bool empty = ep->rhead == NULL;
+	pthread_mutex_unlock(&ep->lock);
+	if (empty)
+		ep_drain(ep);
+	return n;
+}
+
+/* Removes our own entries from kernel results; returns the app's count. */
+static int ep_filter(struct fepoll *ep, struct epoll_event *ev, int k, bool *notified)
+{
+	int n = 0;
+	for (int i = 0; i < k; i++) {
+		if (ev[i].data.ptr == &ep_wake_tag) {
+			ep_drain(ep);
+			continue;
+		}
+		if (ev[i].data.ptr == &ep_notify_tag) {
+			*notified = true;
+			continue;
+		}
+		ev[n++] = ev[i];
+	}
+	return n;
+}
+
+static int ep_kernel(struct fepoll *ep, struct epoll_event *ev, int max, int timeout_ms,
+		     const sigset_t *sigmask)
+{
+	int k = libc()->epoll_pwait(ep->epfd, ev, max, timeout_ms, sigmask);
+	if (k < 0)
+		return -errno;
+	bool notified = false;
+	k = ep_filter(ep, ev, k, &notified);
+	if (notified)
+		wait_progress_run();
+	return k;
+}
+
+static int ms_until(uint64_t deadline)
+{
+	if (deadline == UINT64_MAX)
+		return -1;
+	uint64_t now = clock_now_ns();
+	if (deadline <= now)
+		return 0;
+	uint64_t ms = (deadline - now + 999999) / 1000000;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint64_t deadline,
+		   const sigset_t *sigmask)
+{
+	int n = ep_harvest(ep, events, max);
+	if (n > 0) {
+		/* No system call when ferry has events, except now and then so
+		 * plain fds are not starved by busy ferry ones. */
+		if (n < max && ++ep->calls % EP_KERNEL_EVERY == 0) {
+			int k = ep_kernel(ep, events + n, max - n, 0, NULL);
+			if (k > 0)
+				n += k;
+		}
+		return n;
+	}
+	uint64_t spin_end = clock_now_ns() + (uint64_t)wait_spin_us() * 1000u;
+	for (unsigned i = 0;; i++) {
+		wait_progress_run();
+		n = ep_harvest(ep, events, max);
+		if (n > 0)
+			return n;
+		if (i % EP_KERNEL_EVERY == 0) {
+			int k = ep_kernel(ep, events, max, 0, NULL);
+			if (k != 0)
+				return k;
+		}
+		uint64_t now = clock_now_ns();
+		if (now >= spin_end || now >= deadline)
+			break;
+	}
+	for (;;) {
+		if (clock_now_ns() >= deadline)
+			return 0;
+		__atomic_add_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
+		if (wait_arm() == -EAGAIN) {
+			/* Packets are already waiting: handle them, do not sleep. */
+			__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
+			wait_progress_run();
+			n = ep_harvest(ep, events, max);
+			if (n > 0)
+				return n;
+			continue;
+		}
+		n = ep_harvest(ep, events, max);
+		if (n > 0) {
+			__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
+			return n;
+		}
+		int k = ep_kernel(ep, events, max, ms_until(deadline), sigmask);
+		__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
+		if (k < 0)
+			return k;
+		n = k + ep_harvest(ep, events + k, max - k);
+		if (n > 0)
+			return n;
+	}
+}
+
+int fepoll_wait(int epfd, struct epoll_event *events, int max, const struct timespec *timeout,
+		const sigset_t *sigmask)
+{
+	if (max <= 0)
+		return -EINVAL;
+	struct ffile *f = fdtable_get(&fdtab, epfd);
+	if (!f || f->kind != FFILE_EPOLL) {
+		if (f)
+			ffile_put(&fdtab, f);
+		int ms = timeout ? ms_until(wait_deadline_ts(timeout)) : -1;
+		int k = libc()->epoll_pwait(epfd, events, max, ms, sigmask);
+		return k < 0 ? -errno : k;
+	}
+	int rc = ep_wait(f->priv, events, max, wait_deadline_ts(timeout), sigmask);
+	ffile_put(&fdtab, f);
+	return rc;
+}
+
+/* --- the libc edge --- */
+
+FERRY_EXPORT int epoll_create(int size)
+{
+	return libc()->epoll_create(size);
+}
+
+FERRY_EXPORT int epoll_create1(int flags)
+{
+	return libc()->epoll_create1(flags);
+}
+
+FERRY_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->epoll_ctl(epfd, op, fd, ev);
+	return (int)ferry_ret(fepoll_ctl(epfd, op, fd, ev));
+}
+
+static int ep_timeout(int ms, struct timespec *ts)
+{
+	ts->tv_sec = ms / 1000;
+	ts->tv_nsec = (long)(ms % 1000) * 1000000L;
+	return 0;
+}
+
+FERRY_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout,
+			     const sigset_t *sigmask)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, epfd))
+		return libc()->epoll_pwait(epfd, events, max, timeout, sigmask);
+	struct timespec ts;
+	if (timeout >= 0)
+		ep_timeout(timeout, &ts);
+	return (int)ferry_ret(fepoll_wait(epfd, events, max, timeout >= 0 ? &ts : NULL, sigmask));
+}
+
+FERRY_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, epfd))
+		return libc()->epoll_wait(epfd, events, max, timeout);
+	return epoll_pwait(epfd, events, max, timeout, NULL);
+}
+
+#ifdef HAVE_EPOLL_PWAIT2
+FERRY_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int max,
+			      const struct timespec *timeout, const sigset_t *sigmask)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, epfd)) {
+		if (!libc()->epoll_pwait2) {
+			errno = ENOSYS;
+			return -1;
+		}
+		return libc()->epoll_pwait2(epfd, events, max, timeout, sigmask);
+	}
+	return (int)ferry_ret(fepoll_wait(epfd, events, max, timeout, sigmask));
+}
+#endif

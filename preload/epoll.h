@@ -1,0 +1,41 @@
+/*
+ * epoll over ferry files. An epoll instance stays the kernel's until a ferry
+ * fd is added to it; it then gets a user-space interest and ready list for
+ * ferry files, while plain fds stay registered in the kernel instance. The
+ * kernel instance also holds a wake-up eventfd and the nic's notification
+ * fd, so it remains the thing a thread sleeps on, and other epolls or poll
+ * can watch it (an epoll fd inside another epoll works as in the kernel).
+ *
+ * Lock order: rpc lock, then a file's wlock, then an instance's lock.
+ */
+#ifndef FERRY_PRELOAD_EPOLL_H
+#define FERRY_PRELOAD_EPOLL_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+struct ffile;
+
+/* With f->wlock held: events just happened on f, whose mask is now mask. */
+void epoll_file_event(struct ffile *f, uint32_t mask, uint32_t events);
+/* f's last reference is gone: drop its registrations everywhere. */
+void epoll_file_gone(struct ffile *f);
+/*
+ * f stops being ferry's (a connect that fell back to the kernel): its
+ * registrations move to the kernel instances, keeping events and data.
+ * Call before the file leaves the fd table, while its numbers are valid.
+ */
+void epoll_file_kernelize(struct ffile *f);
+
+/* The implementations behind the interposed calls; -errno on failure.
+ * timeout NULL waits forever. */
+int fepoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+int fepoll_wait(int epfd, struct epoll_event *events, int max, const struct timespec *timeout,
+		const sigset_t *sigmask);
+
+/* The nic's notification fd, added to instances as they convert (-1: none). */
+void epoll_set_notify_fd(int fd);
+
+#endif

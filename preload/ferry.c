@@ -1,0 +1,183 @@
+/* Lazy start of the process's ferry, its counters and their dump. */
+#include "autoconfig.h"
+
+#include "preload/ferry.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgmt/nexus.h"
+#include "preload/fdtable.h"
+#include "preload/libc.h"
+#include "preload/progress.h"
+#include "preload/stream.h"
+#include "transport/clock.h"
+#include "transport/log.h"
+#include "transport/rpc.h"
+
+struct ferry_proc ferry;
+
+static pthread_mutex_t ferry_start_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Counters when there is no nexus (start failed): fallbacks still count. */
+static struct ferry_stats ferry_local_stats;
+static bool ferry_dump_at_exit;
+/* Depth of ferry_lock on this thread: handlers and callbacks that run
+ * inside the event loop already hold the endpoint lock. */
+static __thread int ferry_lock_depth;
+
+struct ferry_stats *ferry_stats(void)
+{
+	struct ferry_stats *st = __atomic_load_n(&ferry.stats, __ATOMIC_ACQUIRE);
+	return st ? st : &ferry_local_stats;
+}
+
+void ferry_lock(void)
+{
+	ferry_internal_enter();
+	if (ferry_lock_depth++ == 0)
+		rpc_lock(ferry.rpc);
+}
+
+void ferry_unlock(void)
+{
+	if (--ferry_lock_depth == 0)
+		rpc_unlock(ferry.rpc);
+	ferry_internal_leave();
+}
+
+void ferry_stats_dump(void)
+{
+	if (!ferry.cfg.stats_path[0])
+		return;
+	ferry_internal_enter();
+	int rc = stats_write_file(ferry_stats(), ferry.transport ? ferry.transport : "none",
+				  ferry.cfg.stats_path);
+	ferry_internal_leave();
+	if (rc)
+		log_warn("FERRY_STATS=%s cannot be written: %s", ferry.cfg.stats_path, strerror(-rc));
+}
+
+static void ferry_atexit(void)
+{
+	if (ferry_state() == FERRY_ON) {
+		/* Tell peers our streams end here, so they see EOF now rather
+		 * than a dead peer after the failure timeout. */
+		ferry_lock();
+		stream_fin_all(ferry.rpc);
+		uint64_t end = clock_now_ns() + 20000000ull;
+		do
+			rpc_run_once(ferry.rpc);
+		while (rpc_busy(ferry.rpc) && clock_now_ns() < end);
+		ferry_unlock();
+	}
+	if (ferry_dump_at_exit && ferry_state() != FERRY_FORKED)
+		ferry_stats_dump();
+}
+
+static void ferry_dump_signal(int sig)
+{
+	(void)sig;
+	progress_request_dump();
+}
+
+/* On-demand dump: SIGRTMIN+7, unless the application uses that signal. */
+static void ferry_install_dump_signal(void)
+{
+	int sig = SIGRTMIN + FERRY_STATS_SIGNAL_OFFSET;
+	struct sigaction old;
+	if (sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_DFL)
+		return;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = ferry_dump_signal;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+}
+
+static void ferry_start_locked(void)
+{
+	char err[512];
+	ferry_config_defaults(&ferry.cfg);
+	int rc = ferry_config_from_env(&ferry.cfg, err, sizeof(err));
+	ferry_log_init(ferry.cfg.log_level, ferry.cfg.log_file);
+	if (rc < 0) {
+		log_error("%s; ferry stays off and every socket is the kernel's", err);
+		ferry.cfg.stats_path[0] = '\0';
+		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
+		return;
+	}
+	if (!ferry.cfg.enable) {
+		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
+		return;
+	}
+	ferry_dump_at_exit = ferry.cfg.stats_path[0] != '\0';
+	if (ferry_dump_at_exit)
+		atexit(ferry_atexit);
+	rc = fdtab.slots ? 0 : fdtable_init(&fdtab, 0);
+	if (rc) {
+		log_warn("ferry cannot start: no fd table (%s); sockets use the kernel", strerror(-rc));
+		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
+		return;
+	}
+	char msg[512] = "";
+	int nerr = 0;
+	struct nexus *nx = nexus_create(&ferry.cfg, &nerr, msg, sizeof(msg));
+	if (!nx) {
+		log_warn("ferry cannot start (%s); sockets use the kernel", msg);
+		stats_inc(ferry_local_stats.fallback_unavailable);
+		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
+		return;
+	}
+	ferry.nx = nx;
+	ferry.rpc = nexus_rpc(nx);
+	ferry.mgmt = nexus_mgmt(nx);
+	ferry.transport = nexus_transport(nx);
+	__atomic_store_n(&ferry.stats, nexus_stats(nx), __ATOMIC_RELEASE);
+	rpc_lock(ferry.rpc);
+	rc = stream_init(ferry.rpc);
+	rpc_unlock(ferry.rpc);
+	if (rc == 0)
+		rc = progress_start(ferry.rpc, &ferry.cfg);
+	if (rc) {
+		log_warn("ferry cannot start: %s; sockets use the kernel", strerror(-rc));
+		__atomic_store_n(&ferry.stats, NULL, __ATOMIC_RELEASE);
+		nexus_destroy(nx);
+		ferry.nx = NULL;
+		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
+		return;
+	}
+	if (!ferry_dump_at_exit)
+		atexit(ferry_atexit);
+	if (ferry.cfg.stats_path[0])
+		ferry_install_dump_signal();
+	log_info("ferry on: transport %s, spin %u us", ferry.transport, ferry.cfg.spin_us);
+	__atomic_store_n(&ferry.state, FERRY_ON, __ATOMIC_RELEASE);
+}
+
+bool ferry_up(void)
+{
+	enum ferry_state st = ferry_state();
+	if (st == FERRY_ON)
+		return true;
+	if (st != FERRY_UNINIT)
+		return false;
+	pthread_mutex_lock(&ferry_start_lock);
+	if (ferry_state() == FERRY_UNINIT) {
+		ferry_internal_enter();
+		ferry_start_locked();
+		ferry_internal_leave();
+	}
+	pthread_mutex_unlock(&ferry_start_lock);
+	return ferry_state() == FERRY_ON;
+}
+
+void ferry_forked_child(void)
+{
+	progress_forget();
+	ferry_lock_depth = 0;
+	pthread_mutex_init(&ferry_start_lock, NULL);
+	__atomic_store_n(&ferry.state, FERRY_FORKED, __ATOMIC_RELEASE);
+}

@@ -1,0 +1,64 @@
+/*
+ * The process's ferry state: started lazily at the first eligible socket
+ * call, from FERRY_* (an invalid value is refused with a message naming the
+ * variable, and ferry then stays pass-through). Counters are dumped as JSON
+ * to FERRY_STATS (%p = pid) at exit, and on demand while running when the
+ * process gets SIGRTMIN+7 (see ferry_stats_signal).
+ */
+#ifndef FERRY_PRELOAD_FERRY_H
+#define FERRY_PRELOAD_FERRY_H
+
+#include <stdbool.h>
+
+#include "transport/config.h"
+#include "transport/stats.h"
+
+struct nexus;
+struct rpc;
+struct mgmt;
+
+enum ferry_state {
+	FERRY_UNINIT,
+	FERRY_OFF,    /* disabled, refused config, or could not start: pass-through */
+	FERRY_ON,
+	FERRY_FORKED, /* a fork child: inherited streams are dead, new sockets plain */
+};
+
+struct ferry_proc {
+	int state; /* atomic enum ferry_state */
+	struct ferry_config cfg;
+	struct nexus *nx;
+	struct rpc *rpc;
+	struct mgmt *mgmt;
+	struct ferry_stats *stats;
+	const char *transport;
+};
+
+extern struct ferry_proc ferry;
+
+/* The dump signal: SIGRTMIN + this (only installed when FERRY_STATS is set
+ * and the application has no handler for it). */
+#define FERRY_STATS_SIGNAL_OFFSET 7
+
+static inline enum ferry_state ferry_state(void)
+{
+	return (enum ferry_state)__atomic_load_n(&ferry.state, __ATOMIC_ACQUIRE);
+}
+
+/* Starts ferry if this is the first eligible call; true when it is on. */
+bool ferry_up(void);
+
+/* Counters: the nexus's when running, a local set otherwise. */
+struct ferry_stats *ferry_stats(void);
+
+/* Writes FERRY_STATS now (no-op when unset). */
+void ferry_stats_dump(void);
+
+/* The endpoint lock, with this thread marked as inside ferry. */
+void ferry_lock(void);
+void ferry_unlock(void);
+
+/* Marks the fork child's state (fork.c). */
+void ferry_forked_child(void);
+
+#endif

@@ -1,0 +1,98 @@
+/*
+ * fork, vfork and daemon. The child of a ferry process inherits the
+ * placeholders but none of the transport (its threads are gone and the
+ * registered memory is MADV_DONTFORK): every inherited ferry socket becomes
+ * dead, so using one is an error rather than a hang, and closing one never
+ * touches the parent's sessions. exec starts a fresh ferry by itself.
+ */
+#include "autoconfig.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "preload/export.h"
+#include "preload/fdtable.h"
+#include "preload/ferry.h"
+#include "preload/libc.h"
+#include "preload/peercache.h"
+#include "preload/stream.h"
+#include "preload/wait.h"
+#include "transport/rpc.h"
+
+static void fork_kill_file(struct ffile *f, void *arg)
+{
+	(void)arg;
+	if (f->kind != FFILE_SOCK)
+		return;
+	f->kind = FFILE_DEAD;
+	f->hybrid = false;
+	__atomic_store_n(&f->mask, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP, __ATOMIC_RELEASE);
+}
+
+FERRY_EXPORT pid_t fork(void)
+{
+	const struct libc_fns *c = libc();
+	if (ferry_internal() || ferry_state() != FERRY_ON)
+		return c->fork();
+	/* Hold the endpoint and the table still across the fork, so the
+	 * child's copies are consistent. */
+	ferry_lock();
+	pthread_mutex_lock(&fdtab.lock);
+	pid_t pid = c->fork();
+	pthread_mutex_unlock(&fdtab.lock);
+	if (pid != 0) {
+		ferry_unlock();
+		return pid;
+	}
+	/* The child: the endpoint lock stays taken forever (nothing may use
+	 * the endpoint here), and this thread is the only one. */
+	fdtable_each(&fdtab, fork_kill_file, NULL);
+	wait_fork_child();
+	ferry_forked_child();
+	ferry_internal_depth = 0;
+	return 0;
+}
+
+/* vfork's child shares the parent's memory, so the fd table would be the
+ * parent's too: a plain fork is the safe reading (POSIX allows it). */
+FERRY_EXPORT pid_t vfork(void)
+{
+	return fork();
+}
+
+FERRY_EXPORT int daemon(int nochdir, int noclose)
+{
+	if (ferry_internal() || ferry_state() != FERRY_ON)
+		return libc()->daemon(nochdir, noclose);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid > 0)
+		_exit(0);
+	if (setsid() < 0)
+		return -1;
+	if (!nochdir && chdir("/") != 0)
+		return -1;
+	if (!noclose) {
+		int fd = open("/dev/null", O_RDWR);
+		if (fd >= 0) {
+			dup2(fd, 0);
+			dup2(fd, 1);
+			dup2(fd, 2);
+			if (fd > 2)
+				close(fd);
+		}
+	}
+	/* The daemon is the process from now on: it may start a fresh ferry
+	 * (its inherited sockets stay dead). */
+	stream_forget_all();
+	peercache_reset();
+	__atomic_store_n(&ferry.stats, NULL, __ATOMIC_RELEASE);
+	ferry.nx = NULL;
+	ferry.rpc = NULL;
+	ferry.mgmt = NULL;
+	__atomic_store_n(&ferry.state, FERRY_UNINIT, __ATOMIC_RELEASE);
+	return 0;
+}

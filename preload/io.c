@@ -1,0 +1,490 @@
+/* Data calls on ferry streams. The vector forms do the work; read, recv,
+ * write, send and the rest describe their buffers as iovecs and call them. */
+#include "autoconfig.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <unistd.h>
+
+#include "preload/export.h"
+#include "preload/fdtable.h"
+#include "preload/ferry.h"
+#include "preload/libc.h"
+#include "preload/sock.h"
+#include "preload/stream.h"
+#include "transport/rpc.h"
+
+#define IO_IOV_STACK 16
+#define IO_BOUNCE (64u << 10)
+
+enum io_route { IO_FERRY, IO_KERNEL };
+
+/* Whether f's data calls are ferry's, and its stream if so. */
+static enum io_route io_route(struct ffile *f, struct stream **out, int *state)
+{
+	struct fsock *sk = f->priv;
+	ferry_lock();
+	*state = sk->state;
+	*out = sk->stream;
+	ferry_unlock();
+	if (*state == FSOCK_STREAM || *state == FSOCK_CONNECTING || *state == FSOCK_FAILED)
+		return IO_FERRY;
+	return IO_KERNEL;
+}
+
+/* A private copy of iov that can be advanced past bytes already moved. */
+struct iov_cursor {
+	struct iovec *v;
+	int n;
+	struct iovec stack[IO_IOV_STACK];
+};
+
+static int cursor_init(struct iov_cursor *c, const struct iovec *iov, int n)
+{
+	if (n < 0 || n > IOV_MAX)
+		return -EINVAL;
+	c->v = n <= IO_IOV_STACK ? c->stack : malloc((size_t)n * sizeof(*iov));
+	if (!c->v)
+		return -ENOMEM;
+	memcpy(c->v, iov, (size_t)n * sizeof(*iov));
+	c->n = n;
+	return 0;
+}
+
+static void cursor_advance(struct iov_cursor *c, size_t n)
+{
+	while (c->n && n >= c->v->iov_len) {
+		n -= c->v->iov_len;
+		c->v++;
+		c->n--;
+	}
+	if (c->n && n) {
+		c->v->iov_base = (uint8_t *)c->v->iov_base + n;
+		c->v->iov_len -= n;
+	}
+}
+
+static void cursor_free(struct iov_cursor *c, struct iovec *base)
+{
+	if (base != c->stack)
+		free(base);
+}
+
+static size_t iov_total(const struct iovec *iov, int n)
+{
+	size_t t = 0;
+	for (int i = 0; i < n; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+/* Waits for a connect in progress (blocking) or says -EAGAIN. */
+static int io_wait_open(struct ffile *f, struct fsock *sk, bool nonblock, uint64_t deadline)
+{
+	for (;;) {
+		ferry_lock();
+		bool opening = sk->state == FSOCK_CONNECTING ||
+			       (sk->state == FSOCK_STREAM && sk->stream->state == STREAM_OPENING);
+		ferry_unlock();
+		if (!opening || __atomic_load_n(&sk->kernel_gone, __ATOMIC_ACQUIRE))
+			return 0;
+		if (nonblock)
+			return -EAGAIN;
+		int rc = sock_wait(f, EPOLLOUT, deadline, -1, 0);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+/* -errno or bytes; 0 at end of stream. */
+static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct fsock *sk = f->priv;
+	bool nonblock = ffile_nonblock(f) || (flags & MSG_DONTWAIT);
+	uint64_t deadline = sock_deadline(sk->rcvtimeo_ns);
+	int rc = io_wait_open(f, sk, nonblock, deadline);
+	if (rc)
+		return rc;
+	ferry_lock();
+	struct stream *s = sk->stream;
+	if (sk->state == FSOCK_FAILED || !s) {
+		int e = sk->so_error;
+		sk->so_error = 0;
+		ferry_unlock();
+		return e ? -e : -ENOTCONN;
+	}
+	ferry_unlock();
+	struct iov_cursor cur;
+	rc = cursor_init(&cur, iov, iovcnt);
+	if (rc)
+		return rc;
+	struct iovec *base = cur.v;
+	size_t want = iov_total(iov, iovcnt), done = 0;
+	int sflags = flags & (MSG_PEEK | MSG_TRUNC);
+	ssize_t n;
+	for (;;) {
+		ferry_lock();
+		n = stream_recv(ferry.rpc, s, cur.v, cur.n, sflags);
+		if (n == -EAGAIN) {
+			rpc_run_once(ferry.rpc);
+			n = stream_recv(ferry.rpc, s, cur.v, cur.n, sflags);
+		}
+		ferry_unlock();
+		if (n > 0) {
+			done += (size_t)n;
+			if (!(flags & MSG_WAITALL) || (flags & MSG_PEEK) || done >= want)
+				break;
+			cursor_advance(&cur, (size_t)n);
+			continue;
+		}
+		if (n != -EAGAIN || nonblock)
+			break;
+		n = sock_wait(f, EPOLLIN | EPOLLRDHUP, deadline, -1, 0);
+		if (n < 0)
+			break;
+	}
+	cursor_free(&cur, base);
+	if (done)
+		return (ssize_t)done;
+	return n > 0 ? 0 : n;
+}
+
+static ssize_t ferry_sendv(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct fsock *sk = f->priv;
+	bool nonblock = ffile_nonblock(f) || (flags & MSG_DONTWAIT);
+	uint64_t deadline = sock_deadline(sk->sndtimeo_ns);
+	int rc = io_wait_open(f, sk, nonblock, deadline);
+	if (rc)
+		return rc;
+	ferry_lock();
+	struct stream *s = sk->stream;
+	if (sk->state == FSOCK_FAILED || !s) {
+		int e = sk->so_error;
+		sk->so_error = 0;
+		ferry_unlock();
+		return e ? -e : -EPIPE;
+	}
+	ferry_unlock();
+	struct iov_cursor cur;
+	rc = cursor_init(&cur, iov, iovcnt);
+	if (rc)
+		return rc;
+	struct iovec *base = cur.v;
+	size_t want = iov_total(iov, iovcnt), done = 0;
+	ssize_t n = 0;
+	for (;;) {
+		ferry_lock();
+		n = stream_send(ferry.rpc, s, cur.v, cur.n);
+		if (n == -EAGAIN) {
+			rpc_run_once(ferry.rpc);
+			n = stream_send(ferry.rpc, s, cur.v, cur.n);
+		}
+		if (n > 0)
+			rpc_run_once(ferry.rpc); /* puts the requests on the wire */
+		ferry_unlock();
+		if (n > 0) {
+			done += (size_t)n;
+			if (done >= want || nonblock)
+				break;
+			cursor_advance(&cur, (size_t)n);
+			continue;
+		}
+		if (n != -EAGAIN || nonblock)
+			break;
+		n = sock_wait(f, EPOLLOUT, deadline, -1, 0);
+		if (n < 0)
+			break;
+	}
+	cursor_free(&cur, base);
+	if (done)
+		return (ssize_t)done;
+	if (n == -EPIPE)
+		sock_sigpipe(flags);
+	return n;
+}
+
+/* The ferry file behind a data call on fd, or NULL when it is the kernel's. */
+static struct ffile *io_file(int fd)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return NULL;
+	struct ffile *f = sock_get(fd);
+	if (!f)
+		return NULL;
+	if (f->kind == FFILE_DEAD)
+		return f;
+	struct stream *s;
+	int state;
+	if (io_route(f, &s, &state) == IO_KERNEL) {
+		ffile_put(&fdtab, f);
+		return NULL;
+	}
+	return f;
+}
+
+static ssize_t io_recv(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+{
+	/* A fork child's copy of a stream: an error, never a hang. */
+	ssize_t rc = f->kind == FFILE_DEAD ? -ECONNRESET : ferry_recvv(f, iov, iovcnt, flags);
+	ffile_put(&fdtab, f);
+	return ferry_ret(rc);
+}
+
+static ssize_t io_send(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+{
+	ssize_t rc = f->kind == FFILE_DEAD ? -EPIPE : ferry_sendv(f, iov, iovcnt, flags);
+	ffile_put(&fdtab, f);
+	return ferry_ret(rc);
+}
+
+FERRY_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->readv(fd, iov, iovcnt);
+	return io_recv(f, iov, iovcnt, 0);
+}
+
+FERRY_EXPORT ssize_t read(int fd, void *buf, size_t len)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->read(fd, buf, len);
+	struct iovec v = {buf, len};
+	return io_recv(f, &v, 1, 0);
+}
+
+FERRY_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->recv(fd, buf, len, flags);
+	struct iovec v = {buf, len};
+	return io_recv(f, &v, 1, flags);
+}
+
+FERRY_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
+			      socklen_t *alen)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->recvfrom(fd, buf, len, flags, addr, alen);
+	if (addr && alen)
+		*alen = 0; /* a connected stream names no sender, as in TCP */
+	struct iovec v = {buf, len};
+	return io_recv(f, &v, 1, flags);
+}
+
+FERRY_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->recvmsg(fd, msg, flags);
+	msg->msg_namelen = 0;
+	msg->msg_controllen = 0;
+	msg->msg_flags = 0;
+	return io_recv(f, msg->msg_iov, (int)msg->msg_iovlen, flags);
+}
+
+FERRY_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->writev(fd, iov, iovcnt);
+	return io_send(f, iov, iovcnt, 0);
+}
+
+FERRY_EXPORT ssize_t write(int fd, const void *buf, size_t len)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->write(fd, buf, len);
+	struct iovec v = {(void *)buf, len};
+	return io_send(f, &v, 1, 0);
+}
+
+FERRY_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->send(fd, buf, len, flags);
+	struct iovec v = {(void *)buf, len};
+	return io_send(f, &v, 1, flags);
+}
+
+FERRY_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
+			    const struct sockaddr *addr, socklen_t alen)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->sendto(fd, buf, len, flags, addr, alen);
+	struct iovec v = {(void *)buf, len};
+	return io_send(f, &v, 1, flags); /* TCP ignores an address once connected */
+}
+
+FERRY_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->sendmsg(fd, msg, flags);
+	return io_send(f, msg->msg_iov, (int)msg->msg_iovlen, flags);
+}
+
+#ifdef HAVE_RECVMMSG
+FERRY_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned n, int flags,
+			  struct timespec *timeout)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->recvmmsg(fd, vec, n, flags, timeout);
+	ffile_put(&fdtab, f);
+	unsigned i = 0;
+	for (; i < n; i++) {
+		ssize_t r = recvmsg(fd, &vec[i].msg_hdr, i ? flags | MSG_DONTWAIT : flags);
+		if (r < 0)
+			break;
+		vec[i].msg_len = (unsigned)r;
+		if (r == 0)
+			break;
+	}
+	return i ? (int)i : -1;
+}
+#endif
+
+#ifdef HAVE_SENDMMSG
+FERRY_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned n, int flags)
+{
+	struct ffile *f = io_file(fd);
+	if (!f)
+		return libc()->sendmmsg(fd, vec, n, flags);
+	ffile_put(&fdtab, f);
+	unsigned i = 0;
+	for (; i < n; i++) {
+		ssize_t r = sendmsg(fd, &vec[i].msg_hdr, flags);
+		if (r < 0)
+			break;
+		vec[i].msg_len = (unsigned)r;
+	}
+	return i ? (int)i : -1;
+}
+#endif
+
+/* sendfile into a stream: through a bounce buffer, the file position
+ * moved only past what the stream took. */
+static ssize_t ferry_sendfile(struct ffile *f, int in_fd, off_t *offset, size_t count)
+{
+	const struct libc_fns *c = libc();
+	uint8_t *buf = malloc(IO_BOUNCE);
+	if (!buf)
+		return -ENOMEM;
+	off_t pos = offset ? *offset : lseek(in_fd, 0, SEEK_CUR);
+	size_t done = 0;
+	ssize_t rc = 0;
+	while (done < count) {
+		size_t want = count - done < IO_BOUNCE ? count - done : IO_BOUNCE;
+		ssize_t r = pos >= 0 ? pread(in_fd, buf, want, pos) : c->read(in_fd, buf, want);
+		if (r <= 0) {
+			rc = r < 0 ? -errno : 0;
+			break;
+		}
+		struct iovec v = {buf, (size_t)r};
+		ssize_t w = ferry_sendv(f, &v, 1, done ? MSG_DONTWAIT : 0);
+		if (w <= 0) {
+			rc = w;
+			break;
+		}
+		done += (size_t)w;
+		if (pos >= 0)
+			pos += w;
+		if (w < r)
+			break;
+	}
+	free(buf);
+	if (offset)
+		*offset = pos;
+	else if (pos >= 0)
+		lseek(in_fd, pos, SEEK_SET);
+	if (done)
+		return (ssize_t)done;
+	if (rc == -EPIPE)
+		sock_sigpipe(0);
+	return rc;
+}
+
+FERRY_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
+{
+	struct ffile *f = io_file(out_fd);
+	if (!f)
+		return libc()->sendfile(out_fd, in_fd, offset, count);
+	ssize_t rc = f->kind == FFILE_DEAD ? -EPIPE : ferry_sendfile(f, in_fd, offset, count);
+	ffile_put(&fdtab, f);
+	return ferry_ret(rc);
+}
+
+/* splice with a stream at one end: peek, write what the other end takes,
+ * consume exactly that, so nothing is lost when the pipe is full. */
+static ssize_t ferry_splice(struct ffile *in, int fd_in, struct ffile *out, int fd_out, size_t len,
+			    unsigned flags)
+{
+	const struct libc_fns *c = libc();
+	size_t want = len < IO_BOUNCE ? len : IO_BOUNCE;
+	uint8_t *buf = malloc(want ? want : 1);
+	if (!buf)
+		return -ENOMEM;
+	int dw = (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0;
+	ssize_t rc;
+	struct iovec v = {buf, want};
+	if (in) {
+		rc = ferry_recvv(in, &v, 1, MSG_PEEK | dw);
+		if (rc > 0) {
+			ssize_t w = out ? ferry_sendv(out, &(struct iovec){buf, (size_t)rc}, 1, dw)
+					: c->write(fd_out, buf, (size_t)rc);
+			if (w < 0 && !out)
+				w = -errno;
+			if (w > 0) {
+				struct iovec skip = {buf, (size_t)w};
+				ferry_recvv(in, &skip, 1, MSG_DONTWAIT);
+			}
+			rc = w;
+		}
+	} else {
+		rc = c->read(fd_in, buf, want);
+		if (rc < 0)
+			rc = -errno;
+		else if (rc > 0) {
+			v.iov_len = (size_t)rc;
+			rc = ferry_sendv(out, &v, 1, 0);
+		}
+	}
+	free(buf);
+	return rc;
+}
+
+FERRY_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
+			    unsigned flags)
+{
+	struct ffile *in = io_file(fd_in);
+	struct ffile *out = io_file(fd_out);
+	if (!in && !out)
+		return libc()->splice(fd_in, off_in, fd_out, off_out, len, flags);
+	ssize_t rc;
+	if ((in && in->kind == FFILE_DEAD) || (out && out->kind == FFILE_DEAD))
+		rc = -EPIPE;
+	else if ((in && off_in) || (out && off_out))
+		rc = -ESPIPE;
+	else if (off_in || off_out)
+		rc = -EINVAL; /* a pipe was expected at the other end */
+	else
+		rc = ferry_splice(in, fd_in, out, fd_out, len, flags);
+	if (in)
+		ffile_put(&fdtab, in);
+	if (out)
+		ffile_put(&fdtab, out);
+	return ferry_ret(rc);
+}

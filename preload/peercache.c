@@ -1,0 +1,180 @@
+/* Per-destination memory for connect(): plain peers, sessions, sources. */
+#include "autoconfig.h"
+
+#include "preload/peercache.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "preload/libc.h"
+
+#define PEERCACHE_SLOTS 64
+
+struct peer_key {
+	uint16_t family;
+	uint16_t port; /* 0 in the source table: keyed by address only */
+	uint8_t addr[16];
+};
+
+struct peer_entry {
+	struct peer_key key;
+	bool used;
+	uint64_t stamp;   /* insertion order, for eviction */
+	uint64_t until;   /* plain table */
+	int session;      /* session table */
+	uint64_t token;
+	struct sockaddr_storage src; /* source table */
+	socklen_t src_len;
+};
+
+static pthread_mutex_t pc_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct peer_entry pc_plain[PEERCACHE_SLOTS], pc_sess[PEERCACHE_SLOTS],
+	pc_src[PEERCACHE_SLOTS];
+static uint64_t pc_clock;
+
+static void key_of(const struct sockaddr *sa, bool with_port, struct peer_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	k->family = sa->sa_family;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+		k->port = with_port ? in->sin_port : 0;
+		memcpy(k->addr, &in->sin_addr, 4);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+		k->port = with_port ? in6->sin6_port : 0;
+		memcpy(k->addr, &in6->sin6_addr, 16);
+	}
+}
+
+static struct peer_entry *find(struct peer_entry *t, const struct peer_key *k)
+{
+	for (unsigned i = 0; i < PEERCACHE_SLOTS; i++)
+		if (t[i].used && !memcmp(&t[i].key, k, sizeof(*k)))
+			return &t[i];
+	return NULL;
+}
+
+static struct peer_entry *slot_for(struct peer_entry *t, const struct peer_key *k)
+{
+	struct peer_entry *e = find(t, k);
+	if (e)
+		return e;
+	e = &t[0];
+	for (unsigned i = 0; i < PEERCACHE_SLOTS; i++) {
+		if (!t[i].used) {
+			e = &t[i];
+			break;
+		}
+		if (t[i].stamp < e->stamp)
+			e = &t[i];
+	}
+	memset(e, 0, sizeof(*e));
+	e->key = *k;
+	e->used = true;
+	e->stamp = ++pc_clock;
+	return e;
+}
+
+bool peercache_is_plain(const struct sockaddr *dst, uint64_t now_ns)
+{
+	struct peer_key k;
+	key_of(dst, true, &k);
+	pthread_mutex_lock(&pc_lock);
+	struct peer_entry *e = find(pc_plain, &k);
+	bool plain = e && e->until > now_ns;
+	if (e && !plain)
+		e->used = false;
+	pthread_mutex_unlock(&pc_lock);
+	return plain;
+}
+
+void peercache_set_plain(const struct sockaddr *dst, uint64_t now_ns)
+{
+	struct peer_key k;
+	key_of(dst, true, &k);
+	pthread_mutex_lock(&pc_lock);
+	slot_for(pc_plain, &k)->until = now_ns + PEERCACHE_PLAIN_NS;
+	pthread_mutex_unlock(&pc_lock);
+}
+
+int peercache_session(const struct sockaddr *dst, uint64_t *token)
+{
+	struct peer_key k;
+	key_of(dst, true, &k);
+	pthread_mutex_lock(&pc_lock);
+	struct peer_entry *e = find(pc_sess, &k);
+	int s = e ? e->session : -1;
+	if (e)
+		*token = e->token;
+	pthread_mutex_unlock(&pc_lock);
+	return s;
+}
+
+void peercache_set_session(const struct sockaddr *dst, int session, uint64_t token)
+{
+	struct peer_key k;
+	key_of(dst, true, &k);
+	pthread_mutex_lock(&pc_lock);
+	struct peer_entry *e = slot_for(pc_sess, &k);
+	e->session = session;
+	e->token = token;
+	pthread_mutex_unlock(&pc_lock);
+}
+
+int peercache_source(const struct sockaddr *dst, struct sockaddr_storage *src, socklen_t *len)
+{
+	struct peer_key k;
+	key_of(dst, false, &k);
+	pthread_mutex_lock(&pc_lock);
+	struct peer_entry *e = find(pc_src, &k);
+	if (e) {
+		*src = e->src;
+		*len = e->src_len;
+	}
+	pthread_mutex_unlock(&pc_lock);
+	if (e)
+		return 0;
+	/* Ask the kernel's routing once: a connected UDP socket sends nothing. */
+	const struct libc_fns *c = libc();
+	int fd = c->socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	struct sockaddr_storage probe;
+	socklen_t plen = dst->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+						   : sizeof(struct sockaddr_in6);
+	memcpy(&probe, dst, plen);
+	if (dst->sa_family == AF_INET)
+		((struct sockaddr_in *)(void *)&probe)->sin_port = htons(9);
+	else
+		((struct sockaddr_in6 *)(void *)&probe)->sin6_port = htons(9);
+	int rc = 0;
+	*len = sizeof(*src);
+	if (c->connect(fd, (struct sockaddr *)&probe, plen) != 0 ||
+	    c->getsockname(fd, (struct sockaddr *)src, len) != 0)
+		rc = -errno;
+	c->close(fd);
+	if (rc)
+		return rc;
+	if (src->ss_family == AF_INET)
+		((struct sockaddr_in *)(void *)src)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)(void *)src)->sin6_port = 0;
+	pthread_mutex_lock(&pc_lock);
+	e = slot_for(pc_src, &k);
+	e->src = *src;
+	e->src_len = *len;
+	pthread_mutex_unlock(&pc_lock);
+	return 0;
+}
+
+void peercache_reset(void)
+{
+	pthread_mutex_init(&pc_lock, NULL);
+	memset(pc_plain, 0, sizeof(pc_plain));
+	memset(pc_sess, 0, sizeof(pc_sess));
+	memset(pc_src, 0, sizeof(pc_src));
+}

@@ -1,0 +1,21 @@
+/*
+ * Progress: who runs the endpoint's event loop. Any application thread
+ * inside a ferry call runs it under a try-lock (progress_run); a background
+ * thread runs it when none does, so retransmission timers fire and blocked
+ * threads wake, and sleeps in the kernel on the nic's notification fd when
+ * the process is idle (no CPU).
+ */
+#ifndef FERRY_PRELOAD_PROGRESS_H
+#define FERRY_PRELOAD_PROGRESS_H
+
+struct rpc;
+struct ferry_config;
+
+/* Starts the background thread. 0 or -errno. */
+int progress_start(struct rpc *rpc, const struct ferry_config *cfg);
+/* Asks the background thread to write FERRY_STATS (async-signal-safe). */
+void progress_request_dump(void);
+/* Forgets the thread without touching it (fork child: it does not exist). */
+void progress_forget(void);
+
+#endif

@@ -1,0 +1,134 @@
+/* Receive ring with out-of-order placement. */
+#include "autoconfig.h"
+
+#include "preload/rxbuf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void rxbuf_init(struct rxbuf *rb, uint32_t cap)
+{
+	uint32_t c = 4096;
+	while (c < cap && c < (1u << 30))
+		c <<= 1;
+	memset(rb, 0, sizeof(*rb));
+	rb->cap = c;
+}
+
+void rxbuf_free(struct rxbuf *rb)
+{
+	free(rb->ring);
+	rb->ring = NULL;
+}
+
+static void ring_copy_in(struct rxbuf *rb, uint64_t seq, const uint8_t *src, size_t len)
+{
+	size_t off = (size_t)(seq & (rb->cap - 1));
+	size_t first = rb->cap - off < len ? rb->cap - off : len;
+	memcpy(rb->ring + off, src, first);
+	memcpy(rb->ring, src + first, len - first);
+}
+
+static void ring_copy_out(const struct rxbuf *rb, uint64_t seq, uint8_t *dst, size_t len)
+{
+	size_t off = (size_t)(seq & (rb->cap - 1));
+	size_t first = rb->cap - off < len ? rb->cap - off : len;
+	memcpy(dst, rb->ring + off, first);
+	memcpy(dst + first, rb->ring, len - first);
+}
+
+/* Records [lo, hi) past tail, merging neighbours. */
+static int ooo_add(struct rxbuf *rb, uint64_t lo, uint64_t hi)
+{
+	unsigned i = 0;
+	while (i < rb->nooo && rb->ooo[i].hi < lo)
+		i++;
+	unsigned j = i;
+	while (j < rb->nooo && rb->ooo[j].lo <= hi) {
+		if (rb->ooo[j].lo < lo)
+			lo = rb->ooo[j].lo;
+		if (rb->ooo[j].hi > hi)
+			hi = rb->ooo[j].hi;
+		j++;
+	}
+	if (i == j) {
+		if (rb->nooo == RXBUF_HOLES_MAX)
+			return -ENOSPC;
+		memmove(&rb->ooo[i + 1], &rb->ooo[i], (rb->nooo - i) * sizeof(rb->ooo[0]));
+		rb->nooo++;
+	} else if (j - i > 1) {
+		memmove(&rb->ooo[i + 1], &rb->ooo[j], (rb->nooo - j) * sizeof(rb->ooo[0]));
+		rb->nooo -= j - i - 1;
+	}
+	rb->ooo[i].lo = lo;
+	rb->ooo[i].hi = hi;
+	return 0;
+}
+
+int rxbuf_put(struct rxbuf *rb, uint64_t seq, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+	uint64_t end = seq + len;
+	if (end > rb->head + rb->cap)
+		return -EMSGSIZE;
+	if (end <= rb->tail || len == 0)
+		return 0; /* a duplicate */
+	if (seq < rb->tail) {
+		p += rb->tail - seq;
+		seq = rb->tail;
+	}
+	if (!rb->ring) {
+		rb->ring = malloc(rb->cap);
+		if (!rb->ring)
+			return -ENOMEM;
+	}
+	if (seq > rb->tail) {
+		int rc = ooo_add(rb, seq, end);
+		if (rc)
+			return rc;
+		ring_copy_in(rb, seq, p, (size_t)(end - seq));
+		return 0;
+	}
+	ring_copy_in(rb, seq, p, (size_t)(end - seq));
+	rb->tail = end;
+	/* Close the holes this filled. */
+	unsigned k = 0;
+	while (k < rb->nooo && rb->ooo[k].lo <= rb->tail) {
+		if (rb->ooo[k].hi > rb->tail)
+			rb->tail = rb->ooo[k].hi;
+		k++;
+	}
+	if (k) {
+		memmove(&rb->ooo[0], &rb->ooo[k], (rb->nooo - k) * sizeof(rb->ooo[0]));
+		rb->nooo -= k;
+	}
+	return 0;
+}
+
+size_t rxbuf_read(struct rxbuf *rb, const struct iovec *iov, int iovcnt, bool peek)
+{
+	size_t avail = rxbuf_avail(rb), done = 0;
+	uint64_t seq = rb->head;
+	for (int i = 0; i < iovcnt && done < avail; i++) {
+		size_t n = iov[i].iov_len;
+		if (n > avail - done)
+			n = avail - done;
+		if (n == 0)
+			continue;
+		ring_copy_out(rb, seq + done, iov[i].iov_base, n);
+		done += n;
+	}
+	if (!peek)
+		rb->head += done;
+	return done;
+}
+
+size_t rxbuf_skip(struct rxbuf *rb, size_t n)
+{
+	size_t avail = rxbuf_avail(rb);
+	if (n > avail)
+		n = avail;
+	rb->head += n;
+	return n;
+}

@@ -1,0 +1,65 @@
+/*
+ * A stream's receive side: a ring as large as the receive window, bytes
+ * placed by sequence number so DATA requests may arrive in any order, and
+ * the rule for when the reader tells the writer its window moved. Pure data
+ * structure: no locks, no transport.
+ */
+#ifndef FERRY_PRELOAD_RXBUF_H
+#define FERRY_PRELOAD_RXBUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* Holes the ring tracks at once; a writer has at most a session's slots of
+ * requests in flight, so more than this means a broken peer. */
+#define RXBUF_HOLES_MAX 64
+
+struct rxbuf {
+	uint8_t *ring;   /* cap bytes, allocated on the first byte */
+	uint32_t cap;    /* the window: a power of two */
+	uint64_t head;   /* next byte the application reads */
+	uint64_t tail;   /* end of the bytes received in order */
+	unsigned nooo;   /* ranges received past tail, sorted, disjoint */
+	struct {
+		uint64_t lo, hi;
+	} ooo[RXBUF_HOLES_MAX];
+};
+
+/* cap is rounded up to a power of two. Allocates nothing yet. */
+void rxbuf_init(struct rxbuf *rb, uint32_t cap);
+void rxbuf_free(struct rxbuf *rb);
+
+/*
+ * Stores len bytes that start at sequence number seq (copied). Bytes
+ * already held are ignored. Returns 0, -EMSGSIZE when the bytes reach past
+ * head + cap (the writer ignored the window), -ENOSPC when too many holes,
+ * -ENOMEM.
+ */
+int rxbuf_put(struct rxbuf *rb, uint64_t seq, const void *data, size_t len);
+
+static inline size_t rxbuf_avail(const struct rxbuf *rb)
+{
+	return (size_t)(rb->tail - rb->head);
+}
+
+/* Copies up to the iovec's total into it; consumes unless peek. Returns the
+ * bytes copied. */
+size_t rxbuf_read(struct rxbuf *rb, const struct iovec *iov, int iovcnt, bool peek);
+
+/* Consumes up to n bytes without copying them. */
+size_t rxbuf_skip(struct rxbuf *rb, size_t n);
+
+/*
+ * Whether the reader should tell the writer about bytes consumed since it
+ * last did (advertised): after a quarter of the window, so a writer that
+ * filled the window always hears before the reader runs dry, and a reader
+ * does not send one update per small read.
+ */
+static inline bool rxbuf_update_due(const struct rxbuf *rb, uint64_t advertised)
+{
+	return rb->head - advertised >= rb->cap / 4;
+}
+
+#endif

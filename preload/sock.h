@@ -1,0 +1,64 @@
+/*
+ * An eligible TCP socket as ferry sees it. The placeholder is the real
+ * kernel TCP socket the application created: a listener keeps listening on
+ * it (plain clients still connect), a connect that falls back uses it, and
+ * options the kernel can answer (TCP_NODELAY, SO_REUSEADDR, buffer sizes,
+ * timeouts) are set on it so getsockopt answers exactly as the kernel would.
+ *
+ * state, stream and lis are guarded by the endpoint lock (ferry_lock).
+ */
+#ifndef FERRY_PRELOAD_SOCK_H
+#define FERRY_PRELOAD_SOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+struct ffile;
+struct stream;
+struct listener;
+
+enum fsock_state {
+	FSOCK_NEW,        /* created or bound */
+	FSOCK_CONNECTING, /* rendezvous under way (non-blocking connect) */
+	FSOCK_STREAM,     /* has a stream (maybe still opening) */
+	FSOCK_LISTEN,
+	FSOCK_FAILED,     /* connect failed: so_error says why */
+};
+
+struct fsock {
+	struct ffile *file;
+	int domain;
+	enum fsock_state state;
+	struct stream *stream;
+	struct listener *lis;
+	int so_error;
+	bool kernel_gone; /* handed to the kernel: callers look the fd up again */
+	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */
+	struct sockaddr_storage dst;
+	socklen_t dst_len;
+};
+
+/* The ferry file behind fd if it is a socket (or a dead inherited one),
+ * referenced; NULL otherwise. */
+struct ffile *sock_get(int fd);
+
+/*
+ * Waits until f's mask meets want (or an error/hangup), the deadline
+ * passes (-EAGAIN), or a signal (-EINTR). kfd >= 0 is a kernel fd to watch
+ * too for kevents; returns 1 when it fired, 0 when f is ready.
+ */
+int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short kevents);
+
+/* Deadline for a blocking call under SO_RCVTIMEO / SO_SNDTIMEO. */
+uint64_t sock_deadline(uint64_t timeo_ns);
+
+/* The fallback of a connect that could not use ferry, off any lock: a
+ * real connect on the placeholder, and the fd becomes the kernel's. */
+void sock_fallback_async(struct ffile *f);
+
+/* Raises SIGPIPE for an EPIPE, as the kernel does, unless suppressed. */
+void sock_sigpipe(int flags);
+
+#endif

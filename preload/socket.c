@@ -1,0 +1,992 @@
+/* Socket calls: creation, rendezvous and fallback, accept, close, dup,
+ * options and descriptor flags. */
+#include "autoconfig.h"
+
+#include <errno.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "mgmt/mgmt.h"
+#include "preload/epoll.h"
+#include "preload/export.h"
+#include "preload/fdtable.h"
+#include "preload/ferry.h"
+#include "preload/libc.h"
+#include "preload/peercache.h"
+#include "preload/sock.h"
+#include "preload/stream.h"
+#include "preload/wait.h"
+#include "transport/clock.h"
+#include "transport/log.h"
+#include "transport/rpc.h"
+
+/* --- helpers shared with io.c --- */
+
+struct ffile *sock_get(int fd)
+{
+	struct ffile *f = fdtable_get(&fdtab, fd);
+	if (f && f->kind != FFILE_SOCK && f->kind != FFILE_DEAD) {
+		ffile_put(&fdtab, f);
+		return NULL;
+	}
+	return f;
+}
+
+uint64_t sock_deadline(uint64_t timeo_ns)
+{
+	return timeo_ns ? clock_now_ns() + timeo_ns : UINT64_MAX;
+}
+
+void sock_sigpipe(int flags)
+{
+	if (!(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+}
+
+int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short kevents)
+{
+	want |= EPOLLERR | EPOLLHUP;
+	uint64_t spin_end = clock_now_ns() + (uint64_t)wait_spin_us() * 1000u;
+	while (clock_now_ns() < spin_end) {
+		if (ffile_mask(f) & want)
+			return 0;
+		wait_progress_run();
+	}
+	struct waiter *w = wait_self();
+	struct wait_node node;
+	for (;;) {
+		if (ffile_mask(f) & want)
+			return 0;
+		if (clock_now_ns() >= deadline)
+			return -EAGAIN;
+		struct pollfd kfds[3];
+		unsigned nk = 0;
+		if (kfd >= 0)
+			kfds[nk++] = (struct pollfd){.fd = kfd, .events = kevents};
+		if (w)
+			wait_link(f, &node, w);
+		int rc = 0;
+		if (!(ffile_mask(f) & want)) {
+			struct timespec ts;
+			rc = wait_block(w, kfds, nk, wait_remaining(deadline, &ts), NULL);
+		}
+		if (w)
+			wait_unlink(f, &node);
+		if (rc < 0)
+			return rc;
+		if (rc > 0)
+			return 1;
+		struct fsock *sk = f->priv;
+		if (f->kind == FFILE_SOCK && sk && __atomic_load_n(&sk->kernel_gone, __ATOMIC_ACQUIRE))
+			return 0;
+	}
+}
+
+static bool sock_eligible(int domain, int type, int protocol)
+{
+	return (domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
+	       (protocol == 0 || protocol == IPPROTO_TCP);
+}
+
+static uint16_t sa_port(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)(const void *)sa)->sin_port);
+	return ntohs(((const struct sockaddr_in6 *)(const void *)sa)->sin6_port);
+}
+
+static socklen_t sa_len(int family)
+{
+	return family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+}
+
+/* A v4-mapped v6 destination, as the v4 address the rendezvous goes to. */
+static socklen_t sa_unmap(const struct sockaddr *sa, struct sockaddr_storage *out)
+{
+	const struct sockaddr_in6 *in6 = (const void *)sa;
+	if (sa->sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+		struct sockaddr_in *in = (void *)out;
+		memset(out, 0, sizeof(*out));
+		in->sin_family = AF_INET;
+		in->sin_port = in6->sin6_port;
+		memcpy(&in->sin_addr, &in6->sin6_addr.s6_addr[12], 4);
+		return sizeof(*in);
+	}
+	socklen_t l = sa_len(sa->sa_family);
+	memcpy(out, sa, l);
+	return l;
+}
+
+static void copy_addr_out(const struct sockaddr_storage *ss, socklen_t len, struct sockaddr *addr,
+			  socklen_t *alen)
+{
+	if (!addr || !alen)
+		return;
+	memcpy(addr, ss, *alen < len ? *alen : len);
+	*alen = len;
+}
+
+/* --- lifecycle --- */
+
+static void sock_release(struct ffile *f)
+{
+	struct fsock *sk = f->priv;
+	if (!sk)
+		return;
+	/* A fork child's inherited sockets, or sockets of a ferry that is not
+	 * running any more: never touch the sessions behind them. */
+	if (f->kind == FFILE_DEAD || ferry_state() != FERRY_ON) {
+		free(sk);
+		return;
+	}
+	struct sockaddr_storage la;
+	socklen_t llen = 0;
+	ferry_lock();
+	if (sk->stream) {
+		stream_close(ferry.rpc, sk->stream);
+		sk->stream = NULL;
+		rpc_run_once(ferry.rpc);
+	}
+	if (sk->lis) {
+		la = sk->lis->addr;
+		llen = sk->lis->addr_len;
+		listener_remove(ferry.rpc, sk->lis);
+		sk->lis = NULL;
+	}
+	sk->state = FSOCK_FAILED;
+	ferry_unlock();
+	if (llen) {
+		ferry_internal_enter();
+		mgmt_unlisten(ferry.mgmt, (struct sockaddr *)&la, llen);
+		ferry_internal_leave();
+	}
+	free(sk);
+}
+
+/* Makes fd's file ferry's socket. Returns 0 or -errno (fd stays plain). */
+static int sock_adopt(int fd, int domain, int type)
+{
+	struct ffile *f = ffile_new(&fdtab, FFILE_SOCK);
+	struct fsock *sk = calloc(1, sizeof(*sk));
+	if (!f || !sk) {
+		free(sk);
+		if (f)
+			ffile_put(&fdtab, f);
+		return -ENOMEM;
+	}
+	sk->file = f;
+	sk->domain = domain;
+	f->priv = sk;
+	f->release = sock_release;
+	f->status = O_RDWR | ((type & SOCK_NONBLOCK) ? O_NONBLOCK : 0);
+	int rc = fdtable_install(&fdtab, fd, f);
+	if (rc == -EEXIST) {
+		/* A stale entry: the number was closed behind our back. */
+		struct ffile *old = fdtable_remove(&fdtab, fd);
+		if (old)
+			ffile_put(&fdtab, old);
+		rc = fdtable_install(&fdtab, fd, f);
+	}
+	ffile_put(&fdtab, f);
+	return rc;
+}
+
+/* The socket becomes the kernel's for good: registrations move to kernel
+ * epolls, the numbers leave the table, waiters look again. The caller
+ * holds a reference to f. */
+static void sock_handoff(struct ffile *f)
+{
+	struct fsock *sk = f->priv;
+	epoll_file_kernelize(f);
+	__atomic_store_n(&sk->kernel_gone, true, __ATOMIC_RELEASE);
+	fdtable_forget_file(&fdtab, f);
+	ffile_notify(f, EPOLLOUT | EPOLLIN, EPOLLOUT | EPOLLIN);
+}
+
+static void count_fallback(int err)
+{
+	struct ferry_stats *st = ferry_stats();
+	stats_inc(st->fallbacks);
+	switch (err) {
+	case -ETIMEDOUT:
+		stats_inc(st->fallback_no_answer);
+		break;
+	case -ECONNREFUSED:
+		stats_inc(st->fallback_refused);
+		break;
+	case -EALREADY:
+		stats_inc(st->fallback_cached);
+		break;
+	case -EPFNOSUPPORT:
+		stats_inc(st->fallback_port_filtered);
+		break;
+	default:
+		stats_inc(st->fallback_unsupported);
+	}
+}
+
+static int sock_kernel_connect(struct ffile *f, int fd, const struct sockaddr *a, socklen_t l)
+{
+	sock_handoff(f);
+	return libc()->connect(fd, a, l) == 0 ? 0 : -errno;
+}
+
+void sock_fallback_async(struct ffile *f)
+{
+	struct fsock *sk = f->priv;
+	int fd;
+	if (ffile_fds(&fdtab, f, &fd, 1) == 0)
+		return; /* closed meanwhile */
+	int rc = libc()->connect(fd, (struct sockaddr *)&sk->dst, sk->dst_len);
+	if (rc != 0 && errno != EINPROGRESS) {
+		/* The application already has EINPROGRESS: report through
+		 * SO_ERROR and readiness, as a failed kernel connect would. */
+		ferry_lock();
+		sk->state = FSOCK_FAILED;
+		sk->so_error = errno;
+		ferry_unlock();
+		ffile_notify(f, EPOLLOUT | EPOLLERR | EPOLLHUP, EPOLLOUT | EPOLLERR | EPOLLHUP);
+		return;
+	}
+	sock_handoff(f);
+}
+
+/* With the lock held: the stream on session to sk->dst. */
+static int sock_open_stream(struct fsock *sk, int session, const struct sockaddr_storage *local,
+			    socklen_t llen)
+{
+	struct stream *s;
+	int rc = stream_open(ferry.rpc, session, sk->file, (struct sockaddr *)&sk->dst, sk->dst_len,
+			     (const struct sockaddr *)local, llen, &s);
+	if (rc)
+		return rc;
+	sk->stream = s;
+	sk->state = FSOCK_STREAM;
+	rpc_run_once(ferry.rpc);
+	return 0;
+}
+
+/* The local address a ferry client shows: its placeholder is bound to the
+ * source address and a real ephemeral port, so numbers are unique and
+ * getsockname here matches getpeername at the server. */
+static int sock_bind_local(int fd, const struct sockaddr *dst, struct sockaddr_storage *local,
+			   socklen_t *llen)
+{
+	const struct libc_fns *c = libc();
+	*llen = sizeof(*local);
+	if (c->getsockname(fd, (struct sockaddr *)local, llen) != 0)
+		return -errno;
+	if (sa_port((struct sockaddr *)local) != 0)
+		return 0;
+	struct sockaddr_storage src;
+	socklen_t slen;
+	int rc = peercache_source(dst, &src, &slen);
+	if (rc)
+		return rc;
+	if (local->ss_family == AF_INET6 && src.ss_family == AF_INET) {
+		/* A v6 socket reaching a v4 peer binds the mapped address. */
+		struct sockaddr_in v4 = *(struct sockaddr_in *)(void *)&src;
+		struct sockaddr_in6 *in6 = (void *)&src;
+		memset(in6, 0, sizeof(*in6));
+		in6->sin6_family = AF_INET6;
+		in6->sin6_addr.s6_addr[10] = 0xff;
+		in6->sin6_addr.s6_addr[11] = 0xff;
+		memcpy(&in6->sin6_addr.s6_addr[12], &v4.sin_addr, 4);
+		slen = sizeof(*in6);
+	}
+	if (c->bind(fd, (struct sockaddr *)&src, slen) != 0)
+		return -errno;
+	*llen = sizeof(*local);
+	return c->getsockname(fd, (struct sockaddr *)local, llen) == 0 ? 0 : -errno;
+}
+
+static int session_cached(const struct sockaddr *dst)
+{
+	uint64_t tok;
+	int ses = peercache_session(dst, &tok);
+	if (ses >= 0 && !(rpc_session_is_up(ferry.rpc, ses) && rpc_session_token(ferry.rpc, ses) == tok))
+		ses = -1;
+	return ses;
+}
+
+static void sock_connect_done(void *ctx, int ses)
+{
+	struct ffile *f = ctx;
+	struct fsock *sk = f->priv;
+	ferry_internal_enter();
+	ferry_lock();
+	bool live = sk->state == FSOCK_CONNECTING;
+	int rc = -ENOTCONN;
+	if (live && ses >= 0) {
+		peercache_set_session((struct sockaddr *)&sk->dst, ses,
+				      rpc_session_token(ferry.rpc, ses));
+		struct sockaddr_storage local;
+		socklen_t llen = sizeof(local);
+		int fd;
+		if (ffile_fds(&fdtab, f, &fd, 1) &&
+		    libc()->getsockname(fd, (struct sockaddr *)&local, &llen) == 0)
+			rc = sock_open_stream(sk, ses, &local, llen);
+	}
+	if (live && rc != 0)
+		sk->state = FSOCK_NEW;
+	ferry_unlock();
+	if (live && rc != 0) {
+		if (ses == -ETIMEDOUT || ses == -ECONNREFUSED)
+			peercache_set_plain((struct sockaddr *)&sk->dst, clock_now_ns());
+		count_fallback(ses < 0 ? ses : rc);
+		sock_fallback_async(f);
+	}
+	ffile_put(&fdtab, f);
+	ferry_internal_leave();
+}
+
+static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, socklen_t l)
+{
+	struct fsock *sk = f->priv;
+	const struct libc_fns *c = libc();
+	if (f->kind == FFILE_DEAD || !a || (a->sa_family != AF_INET && a->sa_family != AF_INET6) ||
+	    l < sa_len(a->sa_family) || a->sa_family != sk->domain ||
+	    ferry_state() != FERRY_ON)
+		return c->connect(fd, a, l) == 0 ? 0 : -errno;
+	ferry_lock();
+	enum fsock_state st = sk->state;
+	int rc = 0;
+	if (st == FSOCK_CONNECTING) {
+		rc = -EALREADY;
+	} else if (st == FSOCK_STREAM) {
+		struct stream *s = sk->stream;
+		if (s->state == STREAM_OPENING)
+			rc = -EALREADY;
+		else if (s->state == STREAM_FAILED)
+			rc = s->err ? -stream_take_error(s) : -ECONNRESET;
+		else
+			rc = -EISCONN;
+	} else if (st == FSOCK_FAILED) {
+		sk->state = FSOCK_NEW;
+		sk->so_error = 0;
+		st = FSOCK_NEW;
+	}
+	ferry_unlock();
+	if (rc)
+		return rc;
+	if (st != FSOCK_NEW)
+		return c->connect(fd, a, l) == 0 ? 0 : -errno;
+
+	struct sockaddr_storage dst;
+	socklen_t dlen = sa_unmap(a, &dst);
+	uint16_t port = sa_port(a);
+	if (!ferry_config_port_allowed(&ferry.cfg, port)) {
+		count_fallback(-EPFNOSUPPORT);
+		return sock_kernel_connect(f, fd, a, l);
+	}
+	if (peercache_is_plain((struct sockaddr *)&dst, clock_now_ns())) {
+		count_fallback(-EALREADY);
+		return sock_kernel_connect(f, fd, a, l);
+	}
+	struct sockaddr_storage local;
+	socklen_t llen;
+	rc = sock_bind_local(fd, a, &local, &llen);
+	if (rc) {
+		log_debug("connect: no local address (%d): kernel", rc);
+		count_fallback(rc);
+		return sock_kernel_connect(f, fd, a, l);
+	}
+	memcpy(&sk->dst, a, l < sizeof(sk->dst) ? l : sizeof(sk->dst));
+	sk->dst_len = l;
+	bool nonblock = ffile_nonblock(f);
+
+	ferry_lock();
+	int ses = session_cached((struct sockaddr *)&dst);
+	if (ses >= 0) {
+		rc = sock_open_stream(sk, ses, &local, llen);
+	} else if (nonblock) {
+		sk->state = FSOCK_CONNECTING;
+		ffile_get(f);
+		ferry_unlock();
+		ferry_internal_enter();
+		rc = mgmt_connect_async(ferry.mgmt, ferry.rpc, (struct sockaddr *)&dst, dlen,
+					ferry.cfg.connect_timeout_ms, sock_connect_done, f);
+		ferry_internal_leave();
+		if (rc == 0)
+			return -EINPROGRESS;
+		ferry_lock();
+		sk->state = FSOCK_NEW;
+		ferry_unlock();
+		ffile_put(&fdtab, f);
+		count_fallback(rc);
+		return sock_kernel_connect(f, fd, a, l);
+	} else {
+		ferry_unlock();
+		ferry_internal_enter();
+		ses = mgmt_connect(ferry.mgmt, ferry.rpc, (struct sockaddr *)&dst, dlen,
+				   ferry.cfg.connect_timeout_ms);
+		ferry_internal_leave();
+		if (ses < 0) {
+			if (ses == -ETIMEDOUT || ses == -ECONNREFUSED)
+				peercache_set_plain((struct sockaddr *)&dst, clock_now_ns());
+			count_fallback(ses);
+			return sock_kernel_connect(f, fd, a, l);
+		}
+		ferry_lock();
+		peercache_set_session((struct sockaddr *)&dst, ses, rpc_session_token(ferry.rpc, ses));
+		rc = sock_open_stream(sk, ses, &local, llen);
+	}
+	ferry_unlock();
+	if (rc) {
+		count_fallback(rc);
+		return sock_kernel_connect(f, fd, a, l);
+	}
+	if (nonblock)
+		return -EINPROGRESS;
+	rc = sock_wait(f, EPOLLOUT, UINT64_MAX, -1, 0);
+	if (rc < 0)
+		return rc; /* -EINTR: the connect goes on, as the kernel's does */
+	ferry_lock();
+	struct stream *s = sk->stream;
+	if (s->state == STREAM_FAILED)
+		rc = s->err ? -stream_take_error(s) : -ECONNREFUSED;
+	ferry_unlock();
+	return rc;
+}
+
+/* --- listen and accept --- */
+
+static int sock_listen(struct ffile *f, int fd, int backlog)
+{
+	struct fsock *sk = f->priv;
+	const struct libc_fns *c = libc();
+	if (c->listen(fd, backlog) != 0)
+		return -errno;
+	if (f->kind == FFILE_DEAD || ferry_state() != FERRY_ON)
+		return 0;
+	ferry_lock();
+	enum fsock_state st = sk->state;
+	if (st == FSOCK_LISTEN)
+		sk->lis->backlog = backlog;
+	ferry_unlock();
+	if (st != FSOCK_NEW)
+		return 0;
+	struct sockaddr_storage a;
+	socklen_t alen = sizeof(a);
+	if (c->getsockname(fd, (struct sockaddr *)&a, &alen) != 0)
+		return 0;
+	uint16_t port = sa_port((struct sockaddr *)&a);
+	if (!ferry_config_port_allowed(&ferry.cfg, port)) {
+		sock_handoff(f);
+		return 0;
+	}
+	ferry_internal_enter();
+	int rc = mgmt_listen(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a, alen);
+	ferry_internal_leave();
+	if (rc < 0) {
+		log_warn("listener on port %u is not accelerated: its rendezvous port udp/%u %s",
+			 port, port, rc == -EADDRINUSE ? "is taken" : strerror(-rc));
+		sock_handoff(f);
+		return 0;
+	}
+	/* The kernel side is only ever polled: the application's blocking mode
+	 * lives in the file's status (F_GETFL answers from it). */
+	int fl = c->fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		c->fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	ferry_lock();
+	sk->lis = listener_add((struct sockaddr *)&a, alen, backlog, f);
+	if (sk->lis) {
+		sk->state = FSOCK_LISTEN;
+		f->hybrid = true;
+	}
+	ferry_unlock();
+	if (!sk->lis) {
+		ferry_internal_enter();
+		mgmt_unlisten(ferry.mgmt, (struct sockaddr *)&a, alen);
+		ferry_internal_leave();
+		sock_handoff(f);
+	}
+	return 0;
+}
+
+static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *addr,
+			 socklen_t *alen, int flags)
+{
+	const struct libc_fns *c = libc();
+	int nfd = c->socket(lsk->domain, SOCK_STREAM | (flags & (SOCK_CLOEXEC | SOCK_NONBLOCK)), 0);
+	int rc = nfd < 0 ? -errno : sock_adopt(nfd, lsk->domain, flags);
+	struct ffile *nf = rc == 0 ? fdtable_get(&fdtab, nfd) : NULL;
+	if (!nf) {
+		if (nfd >= 0)
+			c->close(nfd);
+		ferry_lock();
+		stream_close(ferry.rpc, s);
+		ferry_unlock();
+		return rc ? rc : -ENOMEM;
+	}
+	struct fsock *sk = nf->priv;
+	ferry_lock();
+	sk->state = FSOCK_STREAM;
+	sk->stream = s;
+	stream_set_file(s, nf);
+	ferry_unlock();
+	copy_addr_out(&s->peer, s->peer_len, addr, alen);
+	ffile_put(&fdtab, nf);
+	return nfd;
+}
+
+static int sock_accept(struct ffile *f, int fd, struct sockaddr *addr, socklen_t *alen, int flags)
+{
+	struct fsock *sk = f->priv;
+	const struct libc_fns *c = libc();
+	if (f->kind == FFILE_DEAD || sk->state != FSOCK_LISTEN) {
+		int r = c->accept4(fd, addr, alen, flags);
+		return r >= 0 ? r : -errno;
+	}
+	uint64_t deadline = sock_deadline(sk->rcvtimeo_ns);
+	for (;;) {
+		ferry_lock();
+		struct stream *s = sk->lis ? listener_pop(sk->lis) : NULL;
+		ferry_unlock();
+		if (s)
+			return sock_accepted(sk, s, addr, alen, flags);
+		int r = c->accept4(fd, addr, alen, flags);
+		if (r >= 0) {
+			stats_inc(ferry_stats()->kernel_accepts);
+			return r;
+		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		if (ffile_nonblock(f))
+			return -EAGAIN;
+		int rc = sock_wait(f, EPOLLIN, deadline, fd, POLLIN);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+/* --- the libc edge --- */
+
+FERRY_EXPORT int socket(int domain, int type, int protocol)
+{
+	const struct libc_fns *c = libc();
+	if (ferry_internal() || !sock_eligible(domain, type, protocol) || !ferry_up())
+		return c->socket(domain, type, protocol);
+	int fd = c->socket(domain, type, protocol);
+	if (fd < 0)
+		return fd;
+	if (sock_adopt(fd, domain, type) != 0)
+		stats_inc(ferry_stats()->fallback_unsupported);
+	return fd;
+}
+
+FERRY_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
+{
+	return libc()->socketpair(domain, type, protocol, sv);
+}
+
+FERRY_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	/* The placeholder is the real socket: the kernel reserves the port. */
+	return libc()->bind(fd, addr, len);
+}
+
+FERRY_EXPORT int listen(int fd, int backlog)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->listen(fd, backlog);
+	struct ffile *f = sock_get(fd);
+	if (!f)
+		return libc()->listen(fd, backlog);
+	int rc = sock_listen(f, fd, backlog);
+	ffile_put(&fdtab, f);
+	return (int)ferry_ret(rc);
+}
+
+FERRY_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *alen, int flags)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->accept4(fd, addr, alen, flags);
+	struct ffile *f = sock_get(fd);
+	if (!f)
+		return libc()->accept4(fd, addr, alen, flags);
+	int rc = sock_accept(f, fd, addr, alen, flags);
+	ffile_put(&fdtab, f);
+	return (int)ferry_ret(rc);
+}
+
+FERRY_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *alen)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->accept(fd, addr, alen);
+	return accept4(fd, addr, alen, 0);
+}
+
+FERRY_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->connect(fd, addr, len);
+	struct ffile *f = sock_get(fd);
+	if (!f)
+		return libc()->connect(fd, addr, len);
+	int rc = sock_connect(f, fd, addr, len);
+	ffile_put(&fdtab, f);
+	return (int)ferry_ret(rc);
+}
+
+FERRY_EXPORT int shutdown(int fd, int how)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->shutdown(fd, how);
+	struct ffile *f = sock_get(fd);
+	if (!f)
+		return libc()->shutdown(fd, how);
+	struct fsock *sk = f->priv;
+	int rc = 1;
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
+		rc = -EINVAL;
+	} else if (f->kind == FFILE_SOCK) {
+		ferry_lock();
+		if (sk->state == FSOCK_STREAM) {
+			rc = stream_shutdown(ferry.rpc, sk->stream, how);
+			rpc_run_once(ferry.rpc);
+		}
+		ferry_unlock();
+	}
+	ffile_put(&fdtab, f);
+	if (rc == 1)
+		return libc()->shutdown(fd, how);
+	return (int)ferry_ret(rc);
+}
+
+FERRY_EXPORT int close(int fd)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->close(fd);
+	/* Out of the table first: once the kernel frees the number another
+	 * thread may get it for something else. */
+	struct ffile *f = fdtable_remove(&fdtab, fd);
+	int rc = libc()->close(fd);
+	int saved = errno;
+	if (f)
+		ffile_put(&fdtab, f);
+	errno = saved;
+	return rc;
+}
+
+#ifdef HAVE_CLOSE_RANGE
+FERRY_EXPORT int close_range(unsigned first, unsigned last, int flags)
+{
+	const struct libc_fns *c = libc();
+	if (!c->close_range) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (ferry_internal() || (flags & CLOSE_RANGE_CLOEXEC) || first > last)
+		return c->close_range(first, last, flags);
+	size_t end = last < fdtab.size ? last + 1 : fdtab.size;
+	struct ffile *batch[64];
+	unsigned n = 0;
+	int rc = 0, saved = 0;
+	for (size_t fd = first; fd < end; fd++) {
+		if (!fdtable_maybe(&fdtab, (int)fd))
+			continue;
+		struct ffile *f = fdtable_remove(&fdtab, (int)fd);
+		if (!f)
+			continue;
+		if (n == 64) {
+			for (unsigned i = 0; i < n; i++)
+				ffile_put(&fdtab, batch[i]);
+			n = 0;
+		}
+		batch[n++] = f;
+	}
+	rc = c->close_range(first, last, flags);
+	saved = errno;
+	for (unsigned i = 0; i < n; i++)
+		ffile_put(&fdtab, batch[i]);
+	errno = saved;
+	return rc;
+}
+#endif
+
+FERRY_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *alen)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->getsockname(fd, addr, alen);
+	struct ffile *f = sock_get(fd);
+	bool done = false;
+	if (f && f->kind == FFILE_SOCK) {
+		struct fsock *sk = f->priv;
+		ferry_lock();
+		if (sk->state == FSOCK_STREAM && sk->stream->local_len) {
+			copy_addr_out(&sk->stream->local, sk->stream->local_len, addr, alen);
+			done = true;
+		}
+		ferry_unlock();
+	}
+	if (f)
+		ffile_put(&fdtab, f);
+	return done ? 0 : libc()->getsockname(fd, addr, alen);
+}
+
+FERRY_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *alen)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->getpeername(fd, addr, alen);
+	struct ffile *f = sock_get(fd);
+	int rc = 1;
+	if (f && f->kind == FFILE_SOCK) {
+		struct fsock *sk = f->priv;
+		ferry_lock();
+		if (sk->state == FSOCK_STREAM && sk->stream->state == STREAM_OPEN) {
+			copy_addr_out(&sk->stream->peer, sk->stream->peer_len, addr, alen);
+			rc = 0;
+		} else if (sk->state == FSOCK_STREAM || sk->state == FSOCK_CONNECTING) {
+			rc = -ENOTCONN;
+		}
+		ferry_unlock();
+	}
+	if (f)
+		ffile_put(&fdtab, f);
+	if (rc == 1)
+		return libc()->getpeername(fd, addr, alen);
+	return (int)ferry_ret(rc);
+}
+
+static int sock_tcp_info(struct fsock *sk, void *val, socklen_t *len)
+{
+	struct tcp_info ti;
+	memset(&ti, 0, sizeof(ti));
+	struct stream *s = sk->stream;
+	if (s->state == STREAM_OPENING)
+		ti.tcpi_state = TCP_SYN_SENT;
+	else if (s->state == STREAM_FAILED)
+		ti.tcpi_state = TCP_CLOSE;
+	else if (s->rx_fin && s->wr_shut)
+		ti.tcpi_state = TCP_LAST_ACK;
+	else if (s->rx_fin)
+		ti.tcpi_state = TCP_CLOSE_WAIT;
+	else if (s->wr_shut)
+		ti.tcpi_state = TCP_FIN_WAIT1;
+	else
+		ti.tcpi_state = TCP_ESTABLISHED;
+	ti.tcpi_rcv_space = s->rx.cap;
+	ti.tcpi_snd_mss = 1448;
+	ti.tcpi_rcv_mss = 1448;
+	ti.tcpi_unacked = (uint32_t)(stream_tx_queued(s) / 1448);
+	socklen_t n = *len < sizeof(ti) ? *len : sizeof(ti);
+	memcpy(val, &ti, n);
+	*len = n;
+	return 0;
+}
+
+FERRY_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->getsockopt(fd, level, name, val, len);
+	struct ffile *f = sock_get(fd);
+	int rc = 1;
+	if (f && f->kind == FFILE_SOCK && val && len) {
+		struct fsock *sk = f->priv;
+		ferry_lock();
+		if (level == SOL_SOCKET && name == SO_ERROR && *len >= sizeof(int)) {
+			int e = 0;
+			if (sk->state == FSOCK_STREAM)
+				e = stream_take_error(sk->stream);
+			else if (sk->state == FSOCK_FAILED) {
+				e = sk->so_error;
+				sk->so_error = 0;
+			}
+			if (e || sk->state == FSOCK_STREAM || sk->state == FSOCK_CONNECTING ||
+			    sk->state == FSOCK_FAILED) {
+				*(int *)val = e;
+				*len = sizeof(int);
+				rc = 0;
+			}
+		} else if (level == IPPROTO_TCP && name == TCP_INFO && sk->state == FSOCK_STREAM) {
+			rc = sock_tcp_info(sk, val, len);
+		}
+		ferry_unlock();
+	}
+	if (f)
+		ffile_put(&fdtab, f);
+	if (rc == 1)
+		return libc()->getsockopt(fd, level, name, val, len);
+	return (int)ferry_ret(rc);
+}
+
+static uint64_t timeval_ns(const void *val, socklen_t len)
+{
+	if (len < sizeof(struct timeval))
+		return 0;
+	const struct timeval *tv = val;
+	return (uint64_t)tv->tv_sec * 1000000000ull + (uint64_t)tv->tv_usec * 1000ull;
+}
+
+FERRY_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	/* The kernel keeps every option on the placeholder, so getsockopt
+	 * answers as it would; ferry only notes the timeouts it must honour. */
+	int rc = libc()->setsockopt(fd, level, name, val, len);
+	if (rc != 0 || ferry_internal() || !fdtable_maybe(&fdtab, fd) || level != SOL_SOCKET ||
+	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO))
+		return rc;
+	struct ffile *f = sock_get(fd);
+	if (f && f->kind == FFILE_SOCK) {
+		struct fsock *sk = f->priv;
+		if (name == SO_RCVTIMEO)
+			sk->rcvtimeo_ns = timeval_ns(val, len);
+		else
+			sk->sndtimeo_ns = timeval_ns(val, len);
+	}
+	if (f)
+		ffile_put(&fdtab, f);
+	return rc;
+}
+
+static void file_set_nonblock(struct ffile *f, bool on)
+{
+	int st = __atomic_load_n(&f->status, __ATOMIC_RELAXED);
+	st = on ? st | O_NONBLOCK : st & ~O_NONBLOCK;
+	__atomic_store_n(&f->status, st, __ATOMIC_RELAXED);
+}
+
+FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	va_start(ap, req);
+	void *arg = va_arg(ap, void *);
+	va_end(ap);
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return libc()->ioctl(fd, req, arg);
+	struct ffile *f = sock_get(fd);
+	if (!f || f->kind != FFILE_SOCK)
+		goto kernel;
+	struct fsock *sk = f->priv;
+	if (req == FIONBIO && arg) {
+		file_set_nonblock(f, *(int *)arg != 0);
+		if (f->hybrid) {
+			ffile_put(&fdtab, f);
+			return 0; /* the kernel side stays non-blocking */
+		}
+		goto kernel;
+	}
+	if ((req == FIONREAD || req == SIOCOUTQ) && arg) {
+		int v = -1;
+		ferry_lock();
+		if (sk->state == FSOCK_STREAM)
+			v = (int)(req == FIONREAD ? rxbuf_avail(&sk->stream->rx)
+						  : stream_tx_queued(sk->stream));
+		ferry_unlock();
+		if (v >= 0) {
+			*(int *)arg = v;
+			ffile_put(&fdtab, f);
+			return 0;
+		}
+	}
+kernel:
+	if (f)
+		ffile_put(&fdtab, f);
+	return libc()->ioctl(fd, req, arg);
+}
+
+/* fd now names f too (dup): the table follows the kernel. */
+static void dup_follow(struct ffile *f, int newfd)
+{
+	struct ffile *stale = fdtable_remove(&fdtab, newfd);
+	if (stale)
+		ffile_put(&fdtab, stale);
+	if (f && fdtable_install(&fdtab, newfd, f) != 0)
+		log_warn("fd %d is past the fd table; the duplicate is the kernel's", newfd);
+}
+
+static int fcntl_impl(int fd, int cmd, long arg)
+{
+	const struct libc_fns *c = libc();
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return c->fcntl(fd, cmd, arg);
+	struct ffile *f = fdtable_get(&fdtab, fd);
+	if (!f)
+		return c->fcntl(fd, cmd, arg);
+	int rc;
+	switch (cmd) {
+	case F_DUPFD:
+	case F_DUPFD_CLOEXEC:
+		rc = c->fcntl(fd, cmd, arg);
+		if (rc >= 0)
+			dup_follow(f, rc);
+		break;
+	case F_GETFL:
+		rc = c->fcntl(fd, cmd);
+		if (rc >= 0)
+			rc = (rc & ~O_NONBLOCK) | (__atomic_load_n(&f->status, __ATOMIC_RELAXED) &
+						   O_NONBLOCK);
+		break;
+	case F_SETFL:
+		file_set_nonblock(f, (arg & O_NONBLOCK) != 0);
+		rc = c->fcntl(fd, cmd, f->hybrid ? arg | O_NONBLOCK : arg);
+		break;
+	default:
+		rc = c->fcntl(fd, cmd, arg);
+	}
+	int saved = errno;
+	ffile_put(&fdtab, f);
+	errno = saved;
+	return rc;
+}
+
+FERRY_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	va_start(ap, cmd);
+	long arg = va_arg(ap, long);
+	va_end(ap);
+	return fcntl_impl(fd, cmd, arg);
+}
+
+FERRY_EXPORT int dup(int fd)
+{
+	const struct libc_fns *c = libc();
+	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+		return c->dup(fd);
+	struct ffile *f = fdtable_get(&fdtab, fd);
+	int nfd = c->dup(fd);
+	int saved = errno;
+	if (nfd >= 0 && f)
+		dup_follow(f, nfd);
+	if (f)
+		ffile_put(&fdtab, f);
+	errno = saved;
+	return nfd;
+}
+
+static int dup3_impl(int oldfd, int newfd, int flags, bool is_dup2)
+{
+	const struct libc_fns *c = libc();
+	if (ferry_internal() || (!fdtable_maybe(&fdtab, oldfd) && !fdtable_maybe(&fdtab, newfd)))
+		return is_dup2 ? c->dup2(oldfd, newfd) : c->dup3(oldfd, newfd, flags);
+	struct ffile *f = fdtable_get(&fdtab, oldfd);
+	int rc = is_dup2 ? c->dup2(oldfd, newfd) : c->dup3(oldfd, newfd, flags);
+	int saved = errno;
+	if (rc >= 0 && oldfd != newfd)
+		dup_follow(f, newfd);
+	if (f)
+		ffile_put(&fdtab, f);
+	errno = saved;
+	return rc;
+}
+
+FERRY_EXPORT int dup2(int oldfd, int newfd)
+{
+	return dup3_impl(oldfd, newfd, 0, true);
+}
+
+FERRY_EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+	return dup3_impl(oldfd, newfd, flags, false);
+}

@@ -1,0 +1,784 @@
+/* The stream protocol over rpc requests: OPEN, DATA, WINDOW, FIN, RESET. */
+#include "autoconfig.h"
+
+#include "preload/stream.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "preload/fdtable.h"
+#include "preload/ferry.h"
+#include "transport/log.h"
+#include "transport/rpc.h"
+#include "transport/stats.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire structs are little-endian");
+
+/* Receive window per stream, and the largest DATA request. A DATA request
+ * this size is 45 packets at a 1,472-byte MTU: enough to amortise the
+ * per-request cost, small enough that several fit the window at once. */
+#define STREAM_WINDOW (256u << 10)
+#define STREAM_DATA_MAX (64u << 10)
+#define SID_INDEX_BITS 20
+#define SID_INDEX_MASK ((1u << SID_INDEX_BITS) - 1)
+
+struct wire_addr {
+	uint16_t family;
+	uint16_t port; /* network order, as in sockaddr */
+	uint32_t scope;
+	uint8_t addr[16];
+};
+_Static_assert(sizeof(struct wire_addr) == 24, "wire layout");
+
+struct wire_open {
+	uint32_t client_sid;
+	uint32_t window;
+	struct wire_addr dst, src;
+};
+_Static_assert(sizeof(struct wire_open) == 56, "wire layout");
+
+struct wire_open_resp {
+	int32_t status;
+	uint32_t server_sid;
+	uint32_t window;
+	uint32_t pad;
+};
+
+/* DATA's header (payload follows), and WINDOW/FIN/RESET's whole body. */
+struct wire_seg {
+	uint32_t sid;
+	uint32_t pad;
+	uint64_t value; /* DATA: sequence number; WINDOW: consumed; FIN: final seq */
+};
+_Static_assert(sizeof(struct wire_seg) == 16, "wire layout");
+
+/* Every answer but OPEN's. */
+struct wire_ack {
+	int32_t status;
+	uint32_t pad;
+	uint64_t consumed; /* the receiver's read position: a window update */
+};
+
+struct stream_tx {
+	struct stream *s;
+	struct msgbuf *m;
+};
+
+/* Streams by index (endpoint lock). */
+static struct stream **st_slots;
+static uint16_t *st_gen;
+static uint32_t st_cap, st_used;
+static uint32_t *st_free;
+static uint32_t st_nfree;
+static struct listener *listeners;
+
+/* --- table --- */
+
+static struct stream *stream_alloc(void)
+{
+	if (st_nfree == 0 && st_used == st_cap) {
+		uint32_t cap = st_cap ? st_cap * 2 : 256;
+		if (cap > SID_INDEX_MASK + 1)
+			return NULL;
+		struct stream **ns = realloc(st_slots, cap * sizeof(*ns));
+		if (!ns)
+			return NULL;
+		st_slots = ns;
+		uint16_t *ng = realloc(st_gen, cap * sizeof(*ng));
+		if (!ng)
+			return NULL;
+		st_gen = ng;
+		uint32_t *nf = realloc(st_free, cap * sizeof(*nf));
+		if (!nf)
+			return NULL;
+		st_free = nf;
+		memset(st_slots + st_cap, 0, (cap - st_cap) * sizeof(*ns));
+		memset(st_gen + st_cap, 0, (cap - st_cap) * sizeof(*ng));
+		st_cap = cap;
+	}
+	struct stream *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	uint32_t idx = st_nfree ? st_free[--st_nfree] : st_used++;
+	st_gen[idx] = (uint16_t)((st_gen[idx] + 1) & 0xfff);
+	s->sid = ((uint32_t)st_gen[idx] << SID_INDEX_BITS) | idx;
+	st_slots[idx] = s;
+	rxbuf_init(&s->rx, STREAM_WINDOW);
+	s->refs = 1;
+	return s;
+}
+
+static struct stream *stream_lookup(uint32_t sid, int session)
+{
+	uint32_t idx = sid & SID_INDEX_MASK;
+	if (idx >= st_used)
+		return NULL;
+	struct stream *s = st_slots[idx];
+	if (!s || s->sid != sid || s->session != session)
+		return NULL;
+	return s;
+}
+
+static void stream_put(struct stream *s)
+{
+	if (--s->refs > 0)
+		return;
+	uint32_t idx = s->sid & SID_INDEX_MASK;
+	if (idx < st_cap && st_slots[idx] == s) {
+		st_slots[idx] = NULL;
+		st_free[st_nfree++] = idx;
+	}
+	rxbuf_free(&s->rx);
+	free(s);
+}
+
+/* --- readiness --- */
+
+size_t stream_tx_space(const struct stream *s)
+{
+	uint64_t limit = s->tx_acked + s->peer_window;
+	return limit > s->tx_seq ? (size_t)(limit - s->tx_seq) : 0;
+}
+
+size_t stream_tx_queued(const struct stream *s)
+{
+	return (size_t)(s->tx_seq - s->tx_acked);
+}
+
+static bool stream_eof(const struct stream *s)
+{
+	return (s->rx_fin && s->rx.tail >= s->fin_seq) || s->rd_shut;
+}
+
+uint32_t stream_mask(const struct stream *s)
+{
+	if (s->state == STREAM_OPENING)
+		return 0;
+	if (s->state == STREAM_FAILED || s->reset) {
+		uint32_t m = EPOLLIN | EPOLLOUT | EPOLLHUP | EPOLLRDHUP;
+		return s->err ? m | EPOLLERR : m;
+	}
+	uint32_t m = 0;
+	if (rxbuf_avail(&s->rx) || stream_eof(s))
+		m |= EPOLLIN;
+	if (stream_eof(s))
+		m |= EPOLLRDHUP;
+	/* As tcp_poll: a shut write side polls writable (the write fails). */
+	if (s->wr_shut || stream_tx_space(s) > 0)
+		m |= EPOLLOUT;
+	if (stream_eof(s) && s->wr_shut)
+		m |= EPOLLHUP;
+	return m;
+}
+
+static void stream_notify(struct stream *s, uint32_t events)
+{
+	if (s->file)
+		ffile_notify(s->file, stream_mask(s), events);
+}
+
+void stream_set_file(struct stream *s, struct ffile *file)
+{
+	s->file = file;
+	stream_notify(s, EPOLLIN | EPOLLOUT);
+}
+
+static void stream_fail(struct stream *s, int err)
+{
+	if (s->reset)
+		return;
+	s->reset = true;
+	s->state = STREAM_FAILED;
+	if (!s->err)
+		s->err = err;
+	stream_notify(s, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP | EPOLLRDHUP);
+}
+
+int stream_take_error(struct stream *s)
+{
+	int e = s->err;
+	s->err = 0;
+	return e;
+}
+
+/* --- sending --- */
+
+static int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t value,
+			   rpc_cont_fn cont);
+
+static void ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
+{
+	struct stream_tx *tx = tag;
+	rpc_free_msg(rpc, tx->m);
+	struct stream *s = tx->s;
+	free(tx);
+	s->inflight--;
+	if (status == 0 && resp->data_size >= sizeof(struct wire_ack)) {
+		const struct wire_ack *a = (const void *)resp->buf;
+		if (a->consumed > s->tx_acked && a->consumed <= s->tx_seq) {
+			s->tx_acked = a->consumed;
+			stream_notify(s, EPOLLOUT);
+		}
+	}
+	stream_put(s);
+}
+
+static int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t value,
+			   rpc_cont_fn cont)
+{
+	struct stream_tx *tx = malloc(sizeof(*tx));
+	if (!tx)
+		return -ENOMEM;
+	struct msgbuf *m = rpc_alloc_msg(rpc, sizeof(struct wire_seg));
+	if (!m) {
+		free(tx);
+		return -ENOMEM;
+	}
+	struct wire_seg *w = (void *)m->buf;
+	*w = (struct wire_seg){.sid = s->peer_sid, .value = value};
+	tx->s = s;
+	tx->m = m;
+	int rc = rpc_enqueue_request(rpc, s->session, type, m, cont, tx);
+	if (rc) {
+		rpc_free_msg(rpc, m);
+		free(tx);
+		return rc;
+	}
+	s->refs++;
+	s->inflight++;
+	return 0;
+}
+
+static void data_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
+{
+	struct stream_tx *tx = tag;
+	struct stream *s = tx->s;
+	if (status == 0 && resp->data_size >= sizeof(struct wire_ack)) {
+		const struct wire_ack *a = (const void *)resp->buf;
+		if (a->status < 0)
+			status = a->status;
+	} else if (status == 0) {
+		status = -EPROTO;
+	}
+	if (status < 0)
+		stream_fail(s, ECONNRESET);
+	ctl_cont(rpc, status, status == 0 ? resp : NULL, tag);
+}
+
+static size_t iov_copy_from(uint8_t *dst, const struct iovec *iov, int iovcnt, size_t skip,
+			    size_t len)
+{
+	size_t done = 0;
+	for (int i = 0; i < iovcnt && done < len; i++) {
+		size_t l = iov[i].iov_len;
+		if (skip >= l) {
+			skip -= l;
+			continue;
+		}
+		size_t n = l - skip;
+		if (n > len - done)
+			n = len - done;
+		memcpy(dst + done, (const uint8_t *)iov[i].iov_base + skip, n);
+		done += n;
+		skip = 0;
+	}
+	return done;
+}
+
+ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt)
+{
+	if (s->state == STREAM_OPENING)
+		return -EAGAIN;
+	if (s->err)
+		return -stream_take_error(s);
+	if (s->wr_shut || s->reset || s->state != STREAM_OPEN)
+		return -EPIPE;
+	size_t total = 0;
+	for (int i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	if (total == 0)
+		return 0;
+	size_t done = 0;
+	while (done < total) {
+		size_t chunk = stream_tx_space(s);
+		if (chunk == 0)
+			break;
+		if (chunk > total - done)
+			chunk = total - done;
+		if (chunk > STREAM_DATA_MAX)
+			chunk = STREAM_DATA_MAX;
+		struct stream_tx *tx = malloc(sizeof(*tx));
+		struct msgbuf *m = tx ? rpc_alloc_msg(rpc, (uint32_t)(sizeof(struct wire_seg) + chunk))
+				      : NULL;
+		if (!m) {
+			free(tx);
+			if (done == 0 && s->inflight == 0)
+				return -ENOBUFS;
+			break; /* memory comes back as requests complete */
+		}
+		struct wire_seg *w = (void *)m->buf;
+		*w = (struct wire_seg){.sid = s->peer_sid, .value = s->tx_seq};
+		iov_copy_from(m->buf + sizeof(*w), iov, iovcnt, done, chunk);
+		tx->s = s;
+		tx->m = m;
+		int rc = rpc_enqueue_request(rpc, s->session, STREAM_REQ_DATA, m, data_cont, tx);
+		if (rc) {
+			rpc_free_msg(rpc, m);
+			free(tx);
+			stream_fail(s, ECONNRESET);
+			if (done)
+				break;
+			return -stream_take_error(s);
+		}
+		s->refs++;
+		s->inflight++;
+		s->tx_seq += chunk;
+		done += chunk;
+	}
+	if (done == 0)
+		return -EAGAIN;
+	if (s->file && stream_tx_space(s) == 0)
+		ffile_notify(s->file, stream_mask(s), 0);
+	return (ssize_t)done;
+}
+
+/* --- receiving --- */
+
+ssize_t stream_recv(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt,
+		    int flags)
+{
+	if (s->state == STREAM_OPENING)
+		return -EAGAIN;
+	size_t n;
+	if (flags & MSG_TRUNC) {
+		size_t want = 0;
+		for (int i = 0; i < iovcnt; i++)
+			want += iov[i].iov_len;
+		n = (flags & MSG_PEEK) ? (want < rxbuf_avail(&s->rx) ? want : rxbuf_avail(&s->rx))
+				       : rxbuf_skip(&s->rx, want);
+	} else {
+		n = rxbuf_read(&s->rx, iov, iovcnt, (flags & MSG_PEEK) != 0);
+	}
+	if (n > 0) {
+		if (!(flags & MSG_PEEK)) {
+			if (!s->reset && s->state == STREAM_OPEN &&
+			    rxbuf_update_due(&s->rx, s->rx_advertised) &&
+			    stream_send_ctl(rpc, s, STREAM_REQ_WINDOW, s->rx.head, ctl_cont) == 0)
+				s->rx_advertised = s->rx.head;
+			if (s->file && rxbuf_avail(&s->rx) == 0)
+				ffile_notify(s->file, stream_mask(s), 0);
+		}
+		return (ssize_t)n;
+	}
+	if (s->err)
+		return -stream_take_error(s);
+	if (stream_eof(s) || s->reset || s->state == STREAM_FAILED)
+		return 0;
+	return -EAGAIN;
+}
+
+int stream_shutdown(struct rpc *rpc, struct stream *s, int how)
+{
+	if (how == SHUT_RD || how == SHUT_RDWR)
+		s->rd_shut = true;
+	if ((how == SHUT_WR || how == SHUT_RDWR) && !s->wr_shut) {
+		s->wr_shut = true;
+		if (s->state == STREAM_OPEN && !s->reset && !s->fin_sent &&
+		    stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, ctl_cont) == 0)
+			s->fin_sent = true;
+	}
+	stream_notify(s, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLHUP);
+	return 0;
+}
+
+void stream_close(struct rpc *rpc, struct stream *s)
+{
+	s->file = NULL;
+	if (s->state == STREAM_OPEN && !s->reset) {
+		/* As TCP: closing with unread data resets the connection. */
+		if (rxbuf_avail(&s->rx) > 0)
+			stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
+		else if (!s->fin_sent && stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq,
+							 ctl_cont) == 0)
+			s->fin_sent = true;
+	}
+	s->wr_shut = s->rd_shut = true;
+	s->reset = true; /* nothing more for the application */
+	stream_put(s);
+}
+
+void stream_abandon(struct stream *s)
+{
+	s->file = NULL;
+}
+
+void stream_forget_all(void)
+{
+	st_slots = NULL;
+	st_gen = NULL;
+	st_free = NULL;
+	st_cap = st_used = st_nfree = 0;
+	listeners = NULL;
+}
+
+void stream_fin_all(struct rpc *rpc)
+{
+	for (uint32_t i = 0; i < st_used; i++) {
+		struct stream *s = st_slots[i];
+		if (s && s->file && s->state == STREAM_OPEN && !s->reset && !s->fin_sent &&
+		    stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, ctl_cont) == 0)
+			s->fin_sent = true;
+	}
+}
+
+/* --- opening --- */
+
+static void addr_to_wire(const struct sockaddr *sa, struct wire_addr *w)
+{
+	memset(w, 0, sizeof(*w));
+	if (!sa)
+		return;
+	w->family = sa->sa_family;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+		w->port = in->sin_port;
+		memcpy(w->addr, &in->sin_addr, 4);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+		w->port = in6->sin6_port;
+		w->scope = in6->sin6_scope_id;
+		memcpy(w->addr, &in6->sin6_addr, 16);
+	}
+}
+
+/* As the kernel shows it on a socket of family: v4 on a v6 socket is mapped. */
+static socklen_t wire_to_addr(const struct wire_addr *w, int family, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (family == AF_INET6) {
+		struct sockaddr_in6 *in6 = (void *)ss;
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = w->port;
+		if (w->family == AF_INET) {
+			in6->sin6_addr.s6_addr[10] = 0xff;
+			in6->sin6_addr.s6_addr[11] = 0xff;
+			memcpy(&in6->sin6_addr.s6_addr[12], w->addr, 4);
+		} else {
+			memcpy(&in6->sin6_addr, w->addr, 16);
+			in6->sin6_scope_id = w->scope;
+		}
+		return sizeof(*in6);
+	}
+	struct sockaddr_in *in = (void *)ss;
+	in->sin_family = AF_INET;
+	in->sin_port = w->port;
+	memcpy(&in->sin_addr, w->family == AF_INET ? w->addr : w->addr + 12, 4);
+	return sizeof(*in);
+}
+
+static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
+{
+	struct stream_tx *tx = tag;
+	struct stream *s = tx->s;
+	rpc_free_msg(rpc, tx->m);
+	free(tx);
+	s->inflight--;
+	int err = 0;
+	if (status < 0) {
+		err = ECONNRESET;
+	} else if (resp->data_size < sizeof(struct wire_open_resp)) {
+		err = EPROTO;
+	} else {
+		const struct wire_open_resp *r = (const void *)resp->buf;
+		if (r->status < 0) {
+			err = -r->status;
+		} else {
+			s->peer_sid = r->server_sid;
+			s->peer_window = r->window;
+		}
+	}
+	if (err) {
+		s->state = STREAM_FAILED;
+		s->reset = true;
+		s->err = err;
+		stream_notify(s, EPOLLOUT | EPOLLERR | EPOLLHUP);
+	} else {
+		s->state = STREAM_OPEN;
+		stats_inc(ferry.stats->streams_connected);
+		if (!s->file) /* closed while opening */
+			stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
+		stream_notify(s, EPOLLOUT);
+	}
+	stream_put(s);
+}
+
+int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct sockaddr *dst,
+		socklen_t dst_len, const struct sockaddr *src, socklen_t src_len,
+		struct stream **out)
+{
+	struct stream *s = stream_alloc();
+	if (!s)
+		return -ENOMEM;
+	s->session = session;
+	s->token = rpc_session_token(rpc, session);
+	s->file = file;
+	s->state = STREAM_OPENING;
+	memcpy(&s->peer, dst, dst_len);
+	s->peer_len = dst_len;
+	memcpy(&s->local, src, src_len);
+	s->local_len = src_len;
+	struct stream_tx *tx = malloc(sizeof(*tx));
+	struct msgbuf *m = tx ? rpc_alloc_msg(rpc, sizeof(struct wire_open)) : NULL;
+	if (!m) {
+		free(tx);
+		stream_put(s);
+		return -ENOMEM;
+	}
+	struct wire_open *w = (void *)m->buf;
+	w->client_sid = s->sid;
+	w->window = s->rx.cap;
+	addr_to_wire(dst, &w->dst);
+	addr_to_wire(src, &w->src);
+	tx->s = s;
+	tx->m = m;
+	int rc = rpc_enqueue_request(rpc, session, STREAM_REQ_OPEN, m, open_cont, tx);
+	if (rc) {
+		rpc_free_msg(rpc, m);
+		free(tx);
+		stream_put(s);
+		return rc;
+	}
+	s->refs++;
+	s->inflight++;
+	*out = s;
+	return 0;
+}
+
+/* --- listeners --- */
+
+static bool addr_is_any(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)(const void *)ss)->sin_addr.s_addr == 0;
+	const struct sockaddr_in6 *in6 = (const void *)ss;
+	return !memcmp(&in6->sin6_addr, &in6addr_any, sizeof(in6addr_any));
+}
+
+static bool listener_matches(const struct listener *l, const struct wire_addr *dst)
+{
+	if (l->port != dst->port)
+		return false;
+	if (addr_is_any(&l->addr))
+		return l->addr.ss_family == AF_INET6 || dst->family == AF_INET;
+	struct sockaddr_storage ss;
+	wire_to_addr(dst, l->addr.ss_family, &ss);
+	if (l->addr.ss_family == AF_INET)
+		return ((struct sockaddr_in *)(void *)&ss)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)(const void *)&l->addr)->sin_addr.s_addr;
+	return !memcmp(&((struct sockaddr_in6 *)(void *)&ss)->sin6_addr,
+		       &((const struct sockaddr_in6 *)(const void *)&l->addr)->sin6_addr, 16);
+}
+
+struct listener *listener_add(const struct sockaddr *addr, socklen_t len, int backlog,
+			      struct ffile *file)
+{
+	struct listener *l = calloc(1, sizeof(*l));
+	if (!l)
+		return NULL;
+	memcpy(&l->addr, addr, len);
+	l->addr_len = len;
+	l->port = addr->sa_family == AF_INET ? ((const struct sockaddr_in *)(const void *)addr)->sin_port
+					     : ((const struct sockaddr_in6 *)(const void *)addr)->sin6_port;
+	l->file = file;
+	l->backlog = backlog;
+	l->next = listeners;
+	listeners = l;
+	return l;
+}
+
+struct stream *listener_pop(struct listener *l)
+{
+	struct stream *s = l->head;
+	if (!s)
+		return NULL;
+	l->head = s->accept_next;
+	if (!l->head)
+		l->tail = NULL;
+	l->queued--;
+	s->accept_next = NULL;
+	if (!l->head)
+		ffile_notify(l->file, 0, 0);
+	return s;
+}
+
+void listener_remove(struct rpc *rpc, struct listener *l)
+{
+	for (struct listener **p = &listeners; *p; p = &(*p)->next) {
+		if (*p == l) {
+			*p = l->next;
+			break;
+		}
+	}
+	struct stream *s;
+	while ((s = listener_pop(l)) != NULL) {
+		if (!s->reset)
+			stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
+		s->reset = true;
+		stream_put(s);
+	}
+	free(l);
+}
+
+/* --- request handlers --- */
+
+static void respond(struct rpc *rpc, struct rpc_req *req, const void *body, uint32_t len)
+{
+	struct msgbuf *m = rpc_resp_msg(rpc, req, len);
+	if (!m) {
+		log_warn("no memory for a stream answer; the peer will retry");
+		return;
+	}
+	memcpy(m->buf, body, len);
+	msgbuf_resize(m, len);
+	rpc_respond(rpc, req);
+}
+
+static void respond_ack(struct rpc *rpc, struct rpc_req *req, int status, uint64_t consumed)
+{
+	struct wire_ack a = {.status = status, .consumed = consumed};
+	respond(rpc, req, &a, sizeof(a));
+}
+
+static void handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
+{
+	const struct msgbuf *m = rpc_req_msg(req);
+	struct wire_open_resp r = {.status = -ECONNREFUSED};
+	if (m->data_size < sizeof(struct wire_open)) {
+		r.status = -EPROTO;
+		respond(rpc, req, &r, sizeof(r));
+		return;
+	}
+	const struct wire_open *w = (const void *)m->buf;
+	struct listener *l = listeners;
+	while (l && !listener_matches(l, &w->dst))
+		l = l->next;
+	/* A full queue refuses, as a SYN flood guard would; the kernel's
+	 * default somaxconn is the floor so small backlogs still work. */
+	int limit = l && l->backlog > 4096 ? l->backlog : 4096;
+	struct stream *s = l && l->queued < limit ? stream_alloc() : NULL;
+	if (s) {
+		int session = rpc_req_session(req);
+		s->session = session;
+		s->token = rpc_session_token(rpc, session);
+		s->peer_sid = w->client_sid;
+		s->peer_window = w->window;
+		s->state = STREAM_OPEN;
+		s->local_len = wire_to_addr(&w->dst, l->addr.ss_family, &s->local);
+		s->peer_len = wire_to_addr(&w->src, l->addr.ss_family, &s->peer);
+		if (l->tail)
+			l->tail->accept_next = s;
+		else
+			l->head = s;
+		l->tail = s;
+		l->queued++;
+		stats_inc(ferry.stats->streams_accepted);
+		r.status = 0;
+		r.server_sid = s->sid;
+		r.window = s->rx.cap;
+		ffile_notify(l->file, EPOLLIN, EPOLLIN);
+	}
+	respond(rpc, req, &r, sizeof(r));
+}
+
+static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
+{
+	const struct msgbuf *m = rpc_req_msg(req);
+	if (m->data_size < sizeof(struct wire_seg)) {
+		respond_ack(rpc, req, -EPROTO, 0);
+		return;
+	}
+	const struct wire_seg *w = (const void *)m->buf;
+	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
+	if (!s || s->reset) {
+		respond_ack(rpc, req, -ECONNRESET, 0);
+		return;
+	}
+	size_t len = m->data_size - sizeof(*w);
+	int rc = rxbuf_put(&s->rx, w->value, m->buf + sizeof(*w), len);
+	if (rc) {
+		log_warn("stream %u: DATA at %llu+%zu refused (%d): resetting", s->sid,
+			 (unsigned long long)w->value, len, rc);
+		stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
+		stream_fail(s, ECONNRESET);
+		respond_ack(rpc, req, -ECONNRESET, 0);
+		return;
+	}
+	s->rx_advertised = s->rx.head;
+	respond_ack(rpc, req, 0, s->rx.head);
+	stream_notify(s, EPOLLIN);
+}
+
+static void handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx)
+{
+	const struct msgbuf *m = rpc_req_msg(req);
+	if (m->data_size < sizeof(struct wire_seg)) {
+		respond_ack(rpc, req, -EPROTO, 0);
+		return;
+	}
+	const struct wire_seg *w = (const void *)m->buf;
+	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
+	uint8_t type = rpc_req_type(req);
+	if (!s) {
+		respond_ack(rpc, req, type == STREAM_REQ_WINDOW ? -ECONNRESET : 0, 0);
+		return;
+	}
+	switch (type) {
+	case STREAM_REQ_WINDOW:
+		if (w->value > s->tx_acked && w->value <= s->tx_seq) {
+			s->tx_acked = w->value;
+			stream_notify(s, EPOLLOUT);
+		}
+		break;
+	case STREAM_REQ_FIN:
+		s->rx_fin = true;
+		s->fin_seq = w->value;
+		stream_notify(s, EPOLLIN | EPOLLRDHUP);
+		break;
+	case STREAM_REQ_RESET:
+		stream_fail(s, ECONNRESET);
+		break;
+	}
+	respond_ack(rpc, req, 0, s->rx.head);
+}
+
+static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_event ev, int err,
+				 void *ctx)
+{
+	if (ev == RPC_SESSION_UP)
+		return;
+	for (uint32_t i = 0; i < st_used; i++) {
+		struct stream *s = st_slots[i];
+		if (s && s->session == session)
+			stream_fail(s, ECONNRESET);
+	}
+}
+
+int stream_init(struct rpc *rpc)
+{
+	int rc = rpc_register_handler(rpc, STREAM_REQ_OPEN, handle_open, NULL);
+	if (!rc)
+		rc = rpc_register_handler(rpc, STREAM_REQ_DATA, handle_data, NULL);
+	if (!rc)
+		rc = rpc_register_handler(rpc, STREAM_REQ_WINDOW, handle_ctl, NULL);
+	if (!rc)
+		rc = rpc_register_handler(rpc, STREAM_REQ_FIN, handle_ctl, NULL);
+	if (!rc)
+		rc = rpc_register_handler(rpc, STREAM_REQ_RESET, handle_ctl, NULL);
+	if (rc)
+		return rc;
+	rpc_set_session_handler(rpc, stream_session_event, NULL);
+	return 0;
+}

@@ -1,0 +1,120 @@
+/*
+ * Streams: a TCP byte stream carried as requests on a session (OPEN, DATA,
+ * WINDOW, FIN, RESET). Each stream keeps its own sequence numbers and
+ * receive window, so streams sharing a session never wait for each other,
+ * and its memory is bounded by the window.
+ *
+ * Every function here runs with the endpoint lock held (ferry_lock), and
+ * none blocks: a caller that has to wait sleeps on the stream's file.
+ * Errors are negative errno.
+ */
+#ifndef FERRY_PRELOAD_STREAM_H
+#define FERRY_PRELOAD_STREAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "preload/rxbuf.h"
+
+struct ffile;
+struct rpc;
+
+/* Request types on the endpoint. */
+enum {
+	STREAM_REQ_OPEN = 0x20,
+	STREAM_REQ_DATA,
+	STREAM_REQ_WINDOW,
+	STREAM_REQ_FIN,
+	STREAM_REQ_RESET,
+};
+
+enum stream_state {
+	STREAM_OPENING, /* OPEN sent, no answer yet */
+	STREAM_OPEN,
+	STREAM_FAILED,  /* refused or reset: err says why */
+};
+
+struct listener;
+
+struct stream {
+	uint32_t sid, peer_sid;
+	int session;
+	uint64_t token;
+	struct ffile *file;   /* the application's file; NULL once closed */
+	int refs;             /* file + requests in flight + accept queue */
+	enum stream_state state;
+	int err;              /* reported once by the next call, then cleared */
+	bool reset;           /* no traffic any more (reset, dead peer) */
+	bool rx_fin;          /* peer shut its write side at fin_seq */
+	uint64_t fin_seq;
+	bool rd_shut, wr_shut, fin_sent;
+	struct rxbuf rx;
+	uint64_t rx_advertised;
+	uint64_t tx_seq, tx_acked;
+	uint32_t peer_window;
+	unsigned inflight;
+	struct sockaddr_storage local, peer;
+	socklen_t local_len, peer_len;
+	struct stream *accept_next;
+};
+
+struct listener {
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	uint16_t port;
+	struct ffile *file;
+	int backlog;
+	int queued;
+	struct stream *head, *tail;
+	struct listener *next;
+};
+
+/* Registers the request handlers and the session handler on rpc. */
+int stream_init(struct rpc *rpc);
+
+/* Starts a client stream on session: sends OPEN and returns at once (state
+ * OPENING; the file is notified when it opens or fails). */
+int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct sockaddr *dst,
+		socklen_t dst_len, const struct sockaddr *src, socklen_t src_len,
+		struct stream **out);
+
+/* Bytes into iov: >0, 0 at end of stream, -EAGAIN, -ECONNRESET ... */
+ssize_t stream_recv(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt,
+		    int flags);
+/* Bytes from iov as far as the peer's window allows: >0, -EAGAIN, -EPIPE. */
+ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt);
+int stream_shutdown(struct rpc *rpc, struct stream *s, int how);
+/* The application let go: FIN (or RESET with unread data); s is not the
+ * caller's any more. */
+void stream_close(struct rpc *rpc, struct stream *s);
+/* Forgets the stream without a word to the peer (fork child, exit). */
+void stream_abandon(struct stream *s);
+
+/* Readiness as EPOLL* bits. */
+uint32_t stream_mask(const struct stream *s);
+/* Bytes the peer may still take, bytes unread here. */
+size_t stream_tx_space(const struct stream *s);
+/* Bytes sent and not yet consumed by the peer (SIOCOUTQ). */
+size_t stream_tx_queued(const struct stream *s);
+/* Takes the pending error (SO_ERROR). */
+int stream_take_error(struct stream *s);
+void stream_set_file(struct stream *s, struct ffile *file);
+
+/* Listeners: OPEN requests for a matching address land in one's queue. */
+struct listener *listener_add(const struct sockaddr *addr, socklen_t len, int backlog,
+			      struct ffile *file);
+/* Resets the streams still queued, then frees l. */
+void listener_remove(struct rpc *rpc, struct listener *l);
+struct stream *listener_pop(struct listener *l);
+
+/* Forgets every stream and listener without touching them (a daemon()
+ * child that starts a fresh ferry). */
+void stream_forget_all(void);
+
+/* Sends FIN on every open stream (at exit, so peers see EOF at once). */
+void stream_fin_all(struct rpc *rpc);
+
+#endif

@@ -1,0 +1,188 @@
+/* Per-thread waiters and the one kernel sleep every blocking call shares. */
+#include "autoconfig.h"
+
+#include "preload/wait.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "preload/fdtable.h"
+#include "preload/libc.h"
+#include "transport/clock.h"
+
+static __thread struct waiter *wait_tls;
+static pthread_key_t wait_key;
+static pthread_once_t wait_key_once = PTHREAD_ONCE_INIT;
+
+static const struct wait_progress_ops *wait_ops;
+static unsigned wait_spin;
+
+static void wait_destroy(void *p)
+{
+	struct waiter *w = p;
+	libc()->close(w->efd);
+	free(w);
+}
+
+static void wait_key_init(void)
+{
+	pthread_key_create(&wait_key, wait_destroy);
+}
+
+struct waiter *wait_self(void)
+{
+	if (wait_tls)
+		return wait_tls;
+	pthread_once(&wait_key_once, wait_key_init);
+	struct waiter *w = malloc(sizeof(*w));
+	if (!w)
+		return NULL;
+	w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (w->efd < 0) {
+		free(w);
+		return NULL;
+	}
+	w->signaled = 0;
+	wait_tls = w;
+	pthread_setspecific(wait_key, w);
+	return w;
+}
+
+void wait_fork_child(void)
+{
+	struct waiter *w = wait_tls;
+	if (!w)
+		return;
+	wait_tls = NULL;
+	pthread_setspecific(wait_key, NULL);
+	libc()->close(w->efd);
+	free(w);
+}
+
+void wait_wake(struct waiter *w)
+{
+	if (__atomic_exchange_n(&w->signaled, 1, __ATOMIC_ACQ_REL))
+		return;
+	uint64_t one = 1;
+	ssize_t r = libc()->write(w->efd, &one, sizeof(one));
+	(void)r;
+}
+
+void wait_consume(struct waiter *w)
+{
+	if (!__atomic_load_n(&w->signaled, __ATOMIC_ACQUIRE))
+		return;
+	uint64_t v;
+	ssize_t r = libc()->read(w->efd, &v, sizeof(v));
+	(void)r;
+	__atomic_store_n(&w->signaled, 0, __ATOMIC_RELEASE);
+}
+
+void wait_link(struct ffile *f, struct wait_node *n, struct waiter *w)
+{
+	n->waiter = w;
+	n->prev = NULL;
+	pthread_mutex_lock(&f->wlock);
+	n->next = f->waiters;
+	if (n->next)
+		n->next->prev = n;
+	f->waiters = n;
+	pthread_mutex_unlock(&f->wlock);
+}
+
+void wait_unlink(struct ffile *f, struct wait_node *n)
+{
+	pthread_mutex_lock(&f->wlock);
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		f->waiters = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	pthread_mutex_unlock(&f->wlock);
+}
+
+void wait_set_progress(const struct wait_progress_ops *ops, unsigned spin_us)
+{
+	wait_spin = spin_us;
+	__atomic_store_n(&wait_ops, ops, __ATOMIC_RELEASE);
+}
+
+void wait_progress_run(void)
+{
+	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
+	if (ops)
+		ops->run();
+}
+
+int wait_arm(void)
+{
+	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
+	return ops ? ops->arm() : -1;
+}
+
+unsigned wait_spin_us(void)
+{
+	return __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE) ? wait_spin : 0;
+}
+
+int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct timespec *timeout,
+	       const sigset_t *sigmask)
+{
+	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
+	int nfd = -1;
+	if (ops) {
+		nfd = ops->arm();
+		if (nfd == -EAGAIN) {
+			ops->run();
+			return 0;
+		}
+	}
+	unsigned n = nk;
+	if (w)
+		kfds[n++] = (struct pollfd){.fd = w->efd, .events = POLLIN};
+	if (nfd >= 0)
+		kfds[n++] = (struct pollfd){.fd = nfd, .events = POLLIN};
+	struct timespec short_sleep = {0, 1000000};
+	if (!w && (!timeout || timeout->tv_sec > 0 || timeout->tv_nsec > short_sleep.tv_nsec))
+		timeout = &short_sleep; /* no waiter: nobody can wake us, so poll */
+	int rc = libc()->ppoll(kfds, n, timeout, sigmask);
+	if (rc < 0)
+		return -errno;
+	int mine = 0;
+	for (unsigned i = 0; i < nk; i++)
+		mine += kfds[i].revents != 0;
+	if (w)
+		wait_consume(w);
+	if (nfd >= 0 && kfds[n - 1].revents && ops)
+		ops->run();
+	return mine;
+}
+
+uint64_t wait_deadline_ms(int timeout_ms)
+{
+	if (timeout_ms < 0)
+		return UINT64_MAX;
+	return clock_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+}
+
+uint64_t wait_deadline_ts(const struct timespec *ts)
+{
+	if (!ts)
+		return UINT64_MAX;
+	return clock_now_ns() + (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
+}
+
+const struct timespec *wait_remaining(uint64_t deadline, struct timespec *buf)
+{
+	if (deadline == UINT64_MAX)
+		return NULL;
+	uint64_t now = clock_now_ns();
+	uint64_t left = deadline > now ? deadline - now : 0;
+	buf->tv_sec = (time_t)(left / 1000000000ull);
+	buf->tv_nsec = (long)(left % 1000000000ull);
+	return buf;
+}

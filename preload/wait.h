@@ -1,0 +1,78 @@
+/*
+ * Sleeping and waking: each thread has one waiter (an eventfd) that it
+ * links onto the files it waits for; whoever changes a file's readiness
+ * wakes the linked waiters. wait_block() is the one place a thread sleeps in
+ * the kernel: on its waiter, on the nic's notification fd (so a packet wakes
+ * it without a hop through the progress thread) and on any kernel fds the
+ * caller also waits for.
+ */
+#ifndef FERRY_PRELOAD_WAIT_H
+#define FERRY_PRELOAD_WAIT_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+struct ffile;
+
+struct waiter {
+	int efd;
+	int signaled; /* atomic: efd holds a count */
+};
+
+struct wait_node {
+	struct waiter *waiter;
+	struct wait_node *next, *prev;
+};
+
+/* The calling thread's waiter, created on first use; NULL if no eventfd
+ * could be made (the caller then polls with short sleeps). */
+struct waiter *wait_self(void);
+/* Wakes w; cheap when it is already signalled. Any thread, any lock. */
+void wait_wake(struct waiter *w);
+/* Clears a signal after waking (one read on the eventfd if signalled). */
+void wait_consume(struct waiter *w);
+
+/* In a fork child: the thread's eventfd is shared with the parent's
+ * thread, so it is dropped and a new one made on next use. */
+void wait_fork_child(void);
+
+void wait_link(struct ffile *f, struct wait_node *n, struct waiter *w);
+void wait_unlink(struct ffile *f, struct wait_node *n);
+
+/*
+ * How waits drive the transport. ferry.c installs these once the process's
+ * endpoint exists; before that (and in unit tests) waits only sleep.
+ * run: one pass of the event loop if no other thread is running it.
+ * arm: prepares to sleep; returns the notification fd to sleep on, -1 for
+ *      none, or -EAGAIN when packets are already waiting (do not sleep).
+ */
+struct wait_progress_ops {
+	void (*run)(void);
+	int (*arm)(void);
+};
+void wait_set_progress(const struct wait_progress_ops *ops, unsigned spin_us);
+void wait_progress_run(void);
+/* ops->arm, or -1 when there is no transport. */
+int wait_arm(void);
+unsigned wait_spin_us(void);
+
+/*
+ * Sleeps until w is woken, a packet may be waiting, one of kfds[0..nk) has
+ * an event, the timeout (NULL: none) passes or a signal arrives; sigmask as
+ * for ppoll. kfds must have room for nk + 2 entries (the waiter and the
+ * notification fd go after the caller's). Returns the number of the
+ * caller's kfds with revents, 0, or -EINTR / -errno.
+ */
+int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct timespec *timeout,
+	       const sigset_t *sigmask);
+
+/* Deadlines in CLOCK_MONOTONIC nanoseconds; UINT64_MAX is "never". */
+uint64_t wait_deadline_ms(int timeout_ms);
+uint64_t wait_deadline_ts(const struct timespec *ts);
+/* What is left until deadline, as a timespec (NULL when it is never). */
+const struct timespec *wait_remaining(uint64_t deadline, struct timespec *buf);
+
+#endif

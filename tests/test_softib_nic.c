@@ -45,6 +45,7 @@ static void setup(void)
 	cr_assert_eq(nic_peer_create(na, &rb, &a_to_b), 0);
 	cr_assert_eq(nic_peer_create(nb, &ra, &b_to_a), 0);
 	mem = aligned_alloc(4096, MEM);
+	memset(mem, 0, MEM);
 	cr_assert_eq(nic_reg_mem(na, mem, MEM, &mr), 0);
 }
 

@@ -358,8 +358,8 @@ static struct sib_qp_shm *sib_peer_ring(struct sib_context *c, uint32_t qpn)
 		return pm->shm;
 	if (pm) {
 		HASH_DEL(c->peers, pm);
-		munmap(pm->shm, pm->len);
-		free(pm);
+		pm->next_dead = c->dead_maps;
+		c->dead_maps = pm;
 	}
 	char path[256];
 	sib_qp_path(&c->fab, qpn, path, sizeof(path));
@@ -402,6 +402,11 @@ void sib_peer_maps_free(struct sib_context *c)
 		munmap(pm->shm, pm->len);
 		free(pm);
 	}
+	while ((pm = c->dead_maps)) {
+		c->dead_maps = pm->next_dead;
+		munmap(pm->shm, pm->len);
+		free(pm);
+	}
 }
 
 static void sib_wake(struct sib_context *c, struct sib_qp_shm *q)
@@ -415,18 +420,24 @@ static void sib_wake(struct sib_context *c, struct sib_qp_shm *q)
 		     sizeof(a));
 }
 
-void sib_fabric_deliver(struct sib_context *c, uint32_t dst_qpn, uint32_t qkey,
-			uint32_t src_qpn, const uint8_t *sgid, const uint8_t *dgid,
+void sib_fabric_deliver(struct sib_context *c, struct sib_qp *src, uint32_t dst_qpn,
+			uint32_t qkey, const uint8_t *sgid, const uint8_t *dgid,
 			const struct ibv_sge *sge, int num_sge, uint32_t len)
 {
+	uint32_t src_qpn = src->qp.qp_num;
 	/* Like a wire: a packet nobody can take is lost without a trace here. */
 	if (!sib_fabric_qp_live(&c->fab, dst_qpn))
 		return;
-	pthread_mutex_lock(&c->lock);
-	struct sib_qp_shm *q = sib_peer_ring(c, dst_qpn);
-	pthread_mutex_unlock(&c->lock);
-	if (!q)
-		return;
+	struct sib_qp_shm *q = src->last_ring;
+	if (!q || src->last_qpn != dst_qpn || __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&c->lock);
+		q = sib_peer_ring(c, dst_qpn);
+		pthread_mutex_unlock(&c->lock);
+		if (!q)
+			return;
+		src->last_ring = q;
+		src->last_qpn = dst_qpn;
+	}
 	sib_shm_lock(&q->lock);
 	if (!__atomic_load_n(&q->rx_ready, __ATOMIC_ACQUIRE)) {
 		q->drop_state++;

@@ -108,6 +108,7 @@ struct sib_peer_map {
 	struct sib_qp_shm *shm;
 	size_t len;
 	UT_hash_handle hh;
+	struct sib_peer_map *next_dead;
 };
 
 struct sib_device {
@@ -128,6 +129,9 @@ struct sib_context {
 	struct sib_mr *mrs[SIB_MAX_MR];
 	uint32_t mr_seq;
 	struct sib_peer_map *peers;
+	/* Rings found dead stay mapped until close: a QP's one-entry cache
+	 * (sib_qp.last_ring) may still point into them. */
+	struct sib_peer_map *dead_maps;
 };
 
 struct sib_pd {
@@ -188,6 +192,9 @@ struct sib_qp {
 	/* Send queue slots: a WR holds one until a later polled signalled
 	 * completion (or an error completion) retires it. */
 	uint64_t sq_posted, sq_retired;
+	/* The ring this QP sent to last, to skip the map lookup. */
+	uint32_t last_qpn;
+	struct sib_qp_shm *last_ring;
 };
 
 static inline struct sib_context *sib_ctx(struct ibv_context *c)
@@ -208,8 +215,8 @@ void sib_fabric_qp_destroy(struct sib_context *c, struct sib_qp *qp);
 unsigned sib_fabric_reclaim(struct sib_fabric *fab);
 bool sib_fabric_qp_live(struct sib_fabric *fab, uint32_t qpn);
 /* Copies a packet gathered from sge[] into qpn's ring, or drops it. */
-void sib_fabric_deliver(struct sib_context *c, uint32_t dst_qpn, uint32_t qkey,
-			uint32_t src_qpn, const uint8_t *sgid, const uint8_t *dgid,
+void sib_fabric_deliver(struct sib_context *c, struct sib_qp *src, uint32_t dst_qpn,
+			uint32_t qkey, const uint8_t *sgid, const uint8_t *dgid,
 			const struct ibv_sge *sge, int num_sge, uint32_t len);
 void sib_peer_maps_free(struct sib_context *c);
 

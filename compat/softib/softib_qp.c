@@ -301,7 +301,7 @@ int sib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 		uint32_t qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->qkey
 								      : wr->wr.ud.remote_qkey;
 		const uint8_t *sgid = c->fab.shm->gid[ah->attr.grh.sgid_index];
-		sib_fabric_deliver(c, wr->wr.ud.remote_qpn & 0xffffffu, qkey, ibqp->qp_num, sgid,
+		sib_fabric_deliver(c, qp, wr->wr.ud.remote_qpn & 0xffffffu, qkey, sgid,
 				   ah->attr.grh.dgid.raw, wr->sg_list, wr->num_sge, len);
 		if (wr->send_flags & IBV_SEND_SIGNALED)
 			sib_send_complete(qp, wr->wr_id, IBV_WC_SUCCESS);

@@ -508,8 +508,19 @@ static void sweep(struct mgmt *m, uint64_t now)
 	struct msess *s = m->sessions;
 	while (s) {
 		struct msess *next = s->next;
-		if (s->up && !sess_alive(s)) {
-			sess_close(m, s, -ECONNRESET, true, now);
+		if (s->up) {
+			/* Only a try: a thread that runs the event loop back to back
+			 * can hold the lock for long, and waiting here would delay
+			 * answering pings. The next sweep looks again. */
+			if (!rpc_trylock(s->rpc)) {
+				s = next;
+				continue;
+			}
+			bool alive = rpc_session_is_up(s->rpc, s->session) &&
+				     rpc_session_token(s->rpc, s->session) == s->token;
+			rpc_unlock(s->rpc);
+			if (!alive)
+				sess_close(m, s, -ECONNRESET, true, now);
 		} else if (!s->up && now - s->closed_ns > TOMBSTONE_NS) {
 			sess_unlink(m, s);
 			free(s);

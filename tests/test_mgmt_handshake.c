@@ -282,3 +282,22 @@ Test(mgmt_handshake, ferry_peers_are_connected_in_advance)
 	cr_assert_eq(STAT(server, sessions), 1);
 	nexus_destroy(nx);
 }
+
+Test(mgmt_handshake, session_reset_by_the_endpoint_is_closed_on_both_sides)
+{
+	int s = connect_port(port, 5000);
+	cr_assert_geq(s, 0);
+	struct rpc *rpc = nexus_rpc(client);
+	rpc_lock(rpc);
+	rpc_session_reset(rpc, s, -ECONNRESET);
+	rpc_unlock(rpc);
+	/* mgmt's next sweep notices and tells the server; the suite timeout guards. */
+	while (STAT(server, sessions_closed) != 1)
+		usleep(1000);
+	cr_assert_eq(STAT(client, sessions_closed), 1);
+	int s2 = connect_port(port, 5000);
+	cr_assert_geq(s2, 0);
+	cr_assert_eq(STAT(client, sessions), 2);
+	struct tmu_call c;
+	cr_assert_eq(tmu_call(rpc, s2, ECHO_REQ, 10, &c), 0);
+}

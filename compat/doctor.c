@@ -192,26 +192,31 @@ static void doctor_softib(const char *fabric)
 {
 	char dir[64];
 	softib_fabric_dir(dir, sizeof(dir));
-	char probe[64];
-	snprintf(probe, sizeof(probe), "doctor-%d", (int)getpid());
+	const char *name = fabric[0] ? fabric : "default";
 	int n = 0;
 	const struct verbs_api *api = &verbs_api_softib;
-	struct ibv_device **list = api->get_device_list(probe, &n);
+	struct ibv_device **list = api->get_device_list(fabric, &n);
+	errno = 0;
 	struct ibv_context *ctx = list && n ? api->open_device(list[0]) : NULL;
 	int err = errno;
 	if (list)
 		api->free_device_list(list);
-	if (!ctx) {
-		say("FIX", "softib: cannot open a fabric in %s (%s): /dev/shm must be a writable "
-			   "tmpfs and %s yours with mode 0700",
-		    dir, strerror(err), dir);
+	if (!ctx && err == EPROTO)
+		say("FIX", "softib: %s/%s.fabric is stale or from another softib version: stop the "
+			   "processes using it and remove it",
+		    dir, name);
+	else if (!ctx && err == EPERM)
+		say("FIX", "softib: %s must be a directory owned by you with mode 0700", dir);
+	else if (!ctx)
+		say("FIX", "softib: cannot open fabric '%s' in %s (%s): /dev/shm must be a writable "
+			   "tmpfs",
+		    name, dir, strerror(err));
+	if (!ctx)
 		return;
-	}
+	unsigned reclaimed = softib_reclaim(ctx);
+	say("ok", "softib: usable, fabric '%s' in %s, %u live QP(s)%s", name, dir,
+	    softib_live_qps(ctx), reclaimed ? " (reclaimed some of dead processes)" : "");
 	api->close_device(ctx);
-	char path[256];
-	snprintf(path, sizeof(path), "%s/%s.fabric", dir, probe);
-	unlink(path);
-	say("ok", "softib: usable, fabric '%s' in %s", fabric[0] ? fabric : "default", dir);
 }
 
 static int doctor_transport(const struct ferry_config *cfg)

@@ -2,9 +2,8 @@
 #ifndef FERRY_TEST_SOFTIB_FIXTURE_H
 #define FERRY_TEST_SOFTIB_FIXTURE_H
 
-#include <dirent.h>
+#include <criterion/criterion.h>
 #include <stdio.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "compat/softib/softib.h"
@@ -16,23 +15,11 @@ static inline void softib_test_fabric(char *buf, size_t cap, const char *tag)
 	snprintf(buf, cap, "test-%d-%s-%u", (int)getpid(), tag, seq++);
 }
 
-/* Removes the fabric's files (its QPs must be gone already). */
+/* Removes the fabric's files; every QP on it must be gone. */
 static inline void softib_test_fabric_remove(const char *fabric)
 {
-	char dir[64], path[512];
-	if (softib_fabric_dir(dir, sizeof(dir)))
-		return;
-	DIR *d = opendir(dir);
-	if (!d)
-		return;
-	size_t n = strlen(fabric);
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (!strncmp(de->d_name, fabric, n) && de->d_name[n] == '.') {
-			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-			unlink(path);
-		}
-	closedir(d);
+	int rc = softib_fabric_remove(fabric);
+	cr_expect_eq(rc, 0, "softib_fabric_remove(%s): %d", fabric, rc);
 }
 
 #endif

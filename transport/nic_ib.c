@@ -837,8 +837,8 @@ static int ib_open_device(struct nic_ib *ib, const struct ferry_config *cfg,
 			       "no active port on %s%s (check the link and FERRY_IB_PORT; "
 			       "ibv_devinfo shows port states)",
 			       names, "");
-	return ib_fail(rc, msg, msglen, "could not open %s%s (check permissions on /dev/infiniband)",
-		       names, "");
+	return ib_fail(rc, msg, msglen, "could not open %s: %s (run ferry-doctor)", names,
+		       strerror(-rc));
 }
 
 static int ib_create_qp(struct nic_ib *ib, const struct ibv_device_attr *da)

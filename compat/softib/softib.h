@@ -26,8 +26,19 @@ int softib_qp_counters(struct ibv_qp *qp, struct softib_qp_counters *out);
 /* Frees directory slots and rings of processes that died; returns how many. */
 unsigned softib_reclaim(struct ibv_context *ctx);
 
+/* QPs the fabric's directory lists as live. */
+unsigned softib_live_qps(struct ibv_context *ctx);
+
 /* Whether the fabric's directory lists qpn as a live QP. */
 bool softib_qpn_live(struct ibv_context *ctx, uint32_t qpn);
+
+/*
+ * Removes a fabric's files after reclaiming the queues of dead processes.
+ * Returns 0, EBUSY if a live process still has a QP on it (nothing removed),
+ * or another errno. For tests that made a fabric of their own; a fabric
+ * shared by many processes needs no removal, since each open reclaims.
+ */
+int softib_fabric_remove(const char *fabric);
 
 /* The per-user directory holding fabrics (/dev/shm/ferry-softib-<uid>). */
 int softib_fabric_dir(char *buf, size_t cap);

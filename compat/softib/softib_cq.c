@@ -25,7 +25,8 @@ struct ibv_comp_channel *sib_create_comp_channel(struct ibv_context *ctx)
 		errno = ENOMEM;
 		return NULL;
 	}
-	int n = snprintf(ch->path, sizeof(ch->path), "%s/ch.%d.%u", c->fab.dir, (int)getpid(),
+	int n = snprintf(ch->path, sizeof(ch->path), "%s/ch.%llu.%d.%u", c->fab.dir,
+			 (unsigned long long)sib_pidns(), (int)getpid(),
 			 __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
 	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_un a = {.sun_family = AF_UNIX};

@@ -301,6 +301,15 @@ unsigned softib_reclaim(struct ibv_context *ctx)
 	return sib_fabric_reclaim(&sib_ctx(ctx)->fab);
 }
 
+unsigned softib_live_qps(struct ibv_context *ctx)
+{
+	const struct sib_fabric_shm *s = sib_ctx(ctx)->fab.shm;
+	unsigned n = 0;
+	for (unsigned i = 0; i < SIB_MAX_QPS; i++)
+		n += __atomic_load_n(&s->dir[i].live, __ATOMIC_RELAXED) != 0;
+	return n;
+}
+
 bool softib_qpn_live(struct ibv_context *ctx, uint32_t qpn)
 {
 	return sib_fabric_qp_live(&sib_ctx(ctx)->fab, qpn);
@@ -316,6 +325,11 @@ int softib_qp_counters(struct ibv_qp *qp, struct softib_qp_counters *out)
 	out->drop_qkey = __atomic_load_n(&q->shm->drop_qkey, __ATOMIC_RELAXED);
 	out->drop_state = __atomic_load_n(&q->shm->drop_state, __ATOMIC_RELAXED);
 	return 0;
+}
+
+int softib_fabric_remove(const char *fabric)
+{
+	return sib_fabric_remove(fabric);
 }
 
 int softib_fabric_dir(char *buf, size_t cap)

@@ -82,6 +82,12 @@ static uint64_t sib_start_time(pid_t pid)
 	return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
+uint64_t sib_pidns(void)
+{
+	struct stat st;
+	return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
 static bool sib_pid_alive(pid_t pid, uint64_t start)
 {
 	if (pid <= 0)
@@ -232,7 +238,8 @@ static void sib_ring_retire(struct sib_fabric *fab, uint32_t qpn)
 	unlink(path);
 }
 
-/* Channel sockets are named ch.<pid>.<n>; those of dead processes go. */
+/* Channel sockets are named ch.<pidns>.<pid>.<n>; those of dead processes
+ * of our pid namespace go. */
 static unsigned sib_reclaim_sockets(struct sib_fabric *fab)
 {
 	unsigned n = 0;
@@ -240,9 +247,11 @@ static unsigned sib_reclaim_sockets(struct sib_fabric *fab)
 	if (!d)
 		return 0;
 	struct dirent *de;
+	unsigned long long ns = sib_pidns();
 	while ((de = readdir(d))) {
 		int pid;
-		if (sscanf(de->d_name, "ch.%d.", &pid) != 1)
+		unsigned long long their_ns;
+		if (sscanf(de->d_name, "ch.%llu.%d.", &their_ns, &pid) != 2 || their_ns != ns)
 			continue;
 		if (kill(pid, 0) && errno == ESRCH) {
 			char path[sizeof(fab->dir) + sizeof(de->d_name) + 2];
@@ -258,10 +267,13 @@ unsigned sib_fabric_reclaim(struct sib_fabric *fab)
 {
 	unsigned n = 0;
 	struct sib_fabric_shm *s = fab->shm;
+	uint64_t ns = sib_pidns();
 	sib_shm_lock(&s->lock);
 	for (unsigned i = 0; i < SIB_MAX_QPS; i++) {
 		struct sib_dir_entry *e = &s->dir[i];
-		if (!e->live || sib_pid_alive(e->pid, e->start_time))
+		/* A QP of another pid namespace (a container sharing /dev/shm) is
+		 * left alone: its pid cannot be checked from here. */
+		if (!e->live || e->pidns != ns || sib_pid_alive(e->pid, e->start_time))
 			continue;
 		__atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
 		sib_ring_retire(fab, e->qpn);
@@ -323,6 +335,7 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	e->qpn = qpn;
 	e->pid = getpid();
 	e->start_time = sib_start_time(e->pid);
+	e->pidns = sib_pidns();
 	__atomic_store_n(&e->live, 1, __ATOMIC_RELEASE);
 	sib_shm_unlock(&s->lock);
 	qp->shm = q;
@@ -478,4 +491,40 @@ void sib_fabric_deliver(struct sib_context *c, struct sib_qp *src, uint32_t dst_
 	if (__atomic_load_n(&q->armed, __ATOMIC_RELAXED) &&
 	    __atomic_exchange_n(&q->armed, 0, __ATOMIC_ACQ_REL))
 		sib_wake(c, q);
+}
+
+int sib_fabric_remove(const char *name)
+{
+	struct sib_fabric fab;
+	int rc = sib_fabric_open(&fab, name);
+	if (rc)
+		return rc;
+	sib_shm_lock(&fab.shm->lock);
+	for (unsigned i = 0; i < SIB_MAX_QPS; i++)
+		if (fab.shm->dir[i].live) {
+			sib_shm_unlock(&fab.shm->lock);
+			sib_fabric_close(&fab);
+			return EBUSY;
+		}
+	/* Still under the lock: nobody can add a QP before the name is gone. */
+	char path[256];
+	snprintf(path, sizeof(path), "%s/%s.fabric", fab.dir, fab.name);
+	unlink(path);
+	sib_shm_unlock(&fab.shm->lock);
+	/* Rings left by processes that died with their QPs reclaimed above are
+	 * already unlinked; any left over by a crash during creation go too. */
+	DIR *d = opendir(fab.dir);
+	if (d) {
+		size_t n = strlen(fab.name);
+		struct dirent *de;
+		while ((de = readdir(d)))
+			if (!strncmp(de->d_name, fab.name, n) && !strncmp(de->d_name + n, ".qp.", 4)) {
+				char p2[sizeof(fab.dir) + sizeof(de->d_name) + 2];
+				snprintf(p2, sizeof(p2), "%s/%s", fab.dir, de->d_name);
+				unlink(p2);
+			}
+		closedir(d);
+	}
+	sib_fabric_close(&fab);
+	return 0;
 }

@@ -27,7 +27,7 @@
 
 #define SIB_MAGIC_FABRIC 0x666572727966616bull /* "ferryfak" */
 #define SIB_MAGIC_QP 0x6665727279717031ull
-#define SIB_VERSION 1u
+#define SIB_VERSION 2u
 #define SIB_MAX_QPS 1024u /* directory slots; QPN = gen << 10 | slot */
 #define SIB_QPN_SLOT_BITS 10u
 #define SIB_MTU 4096u
@@ -49,8 +49,9 @@ struct sib_dir_entry {
 	int32_t pid;
 	uint32_t pad;
 	uint64_t start_time; /* /proc/<pid>/stat starttime: guards against pid reuse */
+	uint64_t pidns;      /* pid namespace inode: other namespaces' pids mean nothing here */
 };
-_Static_assert(sizeof(struct sib_dir_entry) == 24, "shared layout");
+_Static_assert(sizeof(struct sib_dir_entry) == 32, "shared layout");
 
 struct sib_fabric_shm {
 	uint64_t magic; /* stored last, with release, by the creator */
@@ -205,7 +206,10 @@ static inline struct sib_context *sib_ctx(struct ibv_context *c)
 /* softib_fabric.c */
 int sib_fabric_open(struct sib_fabric *fab, const char *name);
 void sib_fabric_close(struct sib_fabric *fab);
+int sib_fabric_remove(const char *name);
 int sib_dir_path(char *buf, size_t cap);
+/* This process's pid namespace (inode of /proc/self/ns/pid). */
+uint64_t sib_pidns(void);
 void sib_shm_lock(pthread_mutex_t *m);
 void sib_shm_unlock(pthread_mutex_t *m);
 int sib_shm_lock_init(pthread_mutex_t *m);

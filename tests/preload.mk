@@ -20,3 +20,21 @@ check-transport:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='tests/sockets/check.sh $(FERRY_INTEGRATION_TESTS)' \
 		FERRY_TEST_TRANSPORT='$(FERRY_TEST_TRANSPORT)'
 .PHONY: check-transport
+# preload/ unit tests (criterion): the interposer's sources compiled in, so
+# the test binary interposes itself; files are driven by hand (FFILE_TEST).
+PRELOAD_TEST_SOURCES = $(libferry_la_SOURCES) tests/preload_test_util.h
+check_PROGRAMS += tests/test_preload_fdtable
+TESTS += tests/test_preload_fdtable
+tests_test_preload_fdtable_SOURCES = tests/test_preload_fdtable.c $(PRELOAD_TEST_SOURCES)
+tests_test_preload_fdtable_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_fdtable_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/test_preload_epoll
+TESTS += tests/test_preload_epoll
+tests_test_preload_epoll_SOURCES = tests/test_preload_epoll.c $(PRELOAD_TEST_SOURCES)
+tests_test_preload_epoll_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_epoll_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/test_preload_rxbuf
+TESTS += tests/test_preload_rxbuf
+tests_test_preload_rxbuf_SOURCES = tests/test_preload_rxbuf.c preload/rxbuf.c preload/rxbuf.h
+tests_test_preload_rxbuf_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_rxbuf_LDADD = $(TEST_LDADD)

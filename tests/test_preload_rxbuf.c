@@ -1,0 +1,160 @@
+/* Stream receive side: in-order and out-of-order placement, the window
+ * bound, peeking, wrap-around, and when a window update is due. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "preload/rxbuf.h"
+
+static struct rxbuf rb;
+
+static void setup(void)
+{
+	rxbuf_init(&rb, 4096);
+}
+
+static void teardown(void)
+{
+	rxbuf_free(&rb);
+}
+
+static size_t read_all(uint8_t *out, size_t cap, bool peek)
+{
+	struct iovec v = {out, cap};
+	return rxbuf_read(&rb, &v, 1, peek);
+}
+
+TestSuite(rxbuf, .init = setup, .fini = teardown, .timeout = 10);
+
+Test(rxbuf, capacity_is_a_power_of_two_at_least_asked)
+{
+	struct rxbuf r;
+	rxbuf_init(&r, 5000);
+	cr_assert_eq(r.cap, 8192);
+	rxbuf_free(&r);
+}
+
+Test(rxbuf, in_order_bytes_come_out_in_order)
+{
+	cr_assert_eq(rxbuf_put(&rb, 0, "hello ", 6), 0);
+	cr_assert_eq(rxbuf_put(&rb, 6, "world", 5), 0);
+	cr_assert_eq(rxbuf_avail(&rb), 11);
+	uint8_t out[32];
+	cr_assert_eq(read_all(out, sizeof(out), false), 11);
+	cr_assert_arr_eq(out, "hello world", 11);
+	cr_assert_eq(rxbuf_avail(&rb), 0);
+}
+
+Test(rxbuf, out_of_order_waits_for_the_hole)
+{
+	cr_assert_eq(rxbuf_put(&rb, 5, "56789", 5), 0);
+	cr_assert_eq(rxbuf_avail(&rb), 0, "nothing readable before the hole fills");
+	cr_assert_eq(rxbuf_put(&rb, 12, "CD", 2), 0);
+	cr_assert_eq(rxbuf_put(&rb, 0, "01234", 5), 0);
+	cr_assert_eq(rxbuf_avail(&rb), 10);
+	cr_assert_eq(rxbuf_put(&rb, 10, "AB", 2), 0);
+	cr_assert_eq(rxbuf_avail(&rb), 14);
+	uint8_t out[32];
+	cr_assert_eq(read_all(out, sizeof(out), false), 14);
+	cr_assert_arr_eq(out, "0123456789ABCD", 14);
+}
+
+Test(rxbuf, duplicates_and_overlaps_are_harmless)
+{
+	cr_assert_eq(rxbuf_put(&rb, 0, "abcd", 4), 0);
+	cr_assert_eq(rxbuf_put(&rb, 0, "abcd", 4), 0);
+	cr_assert_eq(rxbuf_put(&rb, 2, "cdef", 4), 0);
+	cr_assert_eq(rxbuf_avail(&rb), 6);
+	uint8_t out[8];
+	cr_assert_eq(read_all(out, sizeof(out), false), 6);
+	cr_assert_arr_eq(out, "abcdef", 6);
+	/* Already consumed: ignored, not re-delivered. */
+	cr_assert_eq(rxbuf_put(&rb, 0, "abcdef", 6), 0);
+	cr_assert_eq(rxbuf_avail(&rb), 0);
+}
+
+Test(rxbuf, a_writer_past_the_window_is_refused)
+{
+	static uint8_t big[4096];
+	cr_assert_eq(rxbuf_put(&rb, 0, big, 4096), 0, "exactly the window fits");
+	cr_assert_eq(rxbuf_put(&rb, 4096, "x", 1), -EMSGSIZE);
+	uint8_t out[100];
+	cr_assert_eq(read_all(out, 100, false), 100);
+	cr_assert_eq(rxbuf_put(&rb, 4096, big, 100), 0, "reading opened the window");
+	cr_assert_eq(rxbuf_put(&rb, 4196, "x", 1), -EMSGSIZE);
+}
+
+Test(rxbuf, peek_leaves_the_bytes)
+{
+	rxbuf_put(&rb, 0, "peekaboo", 8);
+	uint8_t out[8];
+	cr_assert_eq(read_all(out, 4, true), 4);
+	cr_assert_arr_eq(out, "peek", 4);
+	cr_assert_eq(rxbuf_avail(&rb), 8);
+	cr_assert_eq(read_all(out, 8, false), 8);
+	cr_assert_arr_eq(out, "peekaboo", 8);
+}
+
+Test(rxbuf, scatter_read_fills_every_iovec)
+{
+	rxbuf_put(&rb, 0, "abcdefghij", 10);
+	char a[3], b[4], c[10];
+	struct iovec v[3] = {{a, 3}, {b, 4}, {c, 10}};
+	cr_assert_eq(rxbuf_read(&rb, v, 3, false), 10);
+	cr_assert_arr_eq(a, "abc", 3);
+	cr_assert_arr_eq(b, "defg", 4);
+	cr_assert_arr_eq(c, "hij", 3);
+}
+
+Test(rxbuf, bytes_survive_wrap_around)
+{
+	uint8_t chunk[1500], out[1500];
+	uint64_t seq = 0;
+	for (int round = 0; round < 20; round++) {
+		for (size_t i = 0; i < sizeof(chunk); i++)
+			chunk[i] = (uint8_t)(round * 7 + i);
+		/* Deliver the second half first to exercise holes across the wrap. */
+		cr_assert_eq(rxbuf_put(&rb, seq + 700, chunk + 700, 800), 0);
+		cr_assert_eq(rxbuf_put(&rb, seq, chunk, 700), 0);
+		cr_assert_eq(read_all(out, sizeof(out), false), sizeof(out));
+		cr_assert_arr_eq(out, chunk, sizeof(chunk));
+		seq += sizeof(chunk);
+	}
+}
+
+Test(rxbuf, too_many_holes_is_an_error_not_corruption)
+{
+	int rc = 0;
+	for (unsigned i = 0; i <= RXBUF_HOLES_MAX && rc == 0; i++)
+		rc = rxbuf_put(&rb, 2 + 2 * i, "x", 1);
+	cr_assert_eq(rc, -ENOSPC);
+	cr_assert_eq(rxbuf_avail(&rb), 0);
+}
+
+Test(rxbuf, skip_consumes_without_copying)
+{
+	rxbuf_put(&rb, 0, "0123456789", 10);
+	cr_assert_eq(rxbuf_skip(&rb, 4), 4);
+	uint8_t out[10];
+	cr_assert_eq(read_all(out, 10, false), 6);
+	cr_assert_arr_eq(out, "456789", 6);
+	cr_assert_eq(rxbuf_skip(&rb, 4), 0);
+}
+
+Test(rxbuf, window_update_after_a_quarter_read)
+{
+	static uint8_t big[4096];
+	rxbuf_put(&rb, 0, big, 4096);
+	uint64_t advertised = 0;
+	uint8_t out[4096];
+	read_all(out, 1023, false);
+	cr_assert_not(rxbuf_update_due(&rb, advertised));
+	read_all(out, 1, false);
+	cr_assert(rxbuf_update_due(&rb, advertised), "a quarter of the window consumed");
+	advertised = rb.head;
+	cr_assert_not(rxbuf_update_due(&rb, advertised));
+	/* A writer that filled the window is always told before the reader
+	 * runs dry: draining everything crosses the threshold. */
+	read_all(out, sizeof(out), false);
+	cr_assert(rxbuf_update_due(&rb, advertised));
+}

@@ -210,6 +210,22 @@ Test(softib_nic, receiver_that_does_not_return_buffers_drops_not_corrupts)
 	free(rx);
 }
 
+Test(softib_nic, a_send_error_is_recovered_from)
+{
+	/* A bad lkey: the device stops the send queue (SQE); nic_ib brings the
+	 * QP back to RTS and the next packet goes through. */
+	struct nic_tx bad = {.peer = a_to_b, .nsge = 1, .sge = {{mem, 1000, mr.lkey ^ 0x7700u}}};
+	cr_assert_eq(nic_tx_burst(na, &bad, 1), 1, "accepted, then lost");
+	nic_flush(na);
+	struct nic_rx rx;
+	cr_assert_eq(nic_rx_burst(nb, &rx, 1), 0);
+	struct nic_tx good = one(a_to_b, mem, 1000);
+	cr_assert_eq(nic_tx_burst(na, &good, 1), 1);
+	cr_assert_eq(rx_n(nb, &rx, 1), 1);
+	cr_assert_eq(rx.len, 1000);
+	nic_post_recvs(nb, &rx.buf, 1);
+}
+
 Test(softib_nic, notify_fd_sleeps_and_wakes)
 {
 	struct pollfd p = {.fd = nic_notify_fd(nb), .events = POLLIN};

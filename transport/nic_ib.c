@@ -92,6 +92,7 @@ struct nic_ib {
 	unsigned events_unacked;
 
 	struct ib_ah_entry *ahs;
+	bool broken; /* an error completion was seen: check the QP state */
 };
 
 static struct nic_ib *to_ib(struct nic *nic)
@@ -202,8 +203,8 @@ static bool ib_rx_one(struct nic_ib *ib, const struct ibv_wc *wc, struct nic_rx 
 			log_warn("nic_ib: receive completion error: %s (len %u)",
 				 ibv_wc_status_str(wc->status), wc->byte_len);
 		ib_recycle(ib, pkt);
-		if (wc->status != IBV_WC_SUCCESS && wc->status != IBV_WC_WR_FLUSH_ERR)
-			ib_qp_recover(ib);
+		if (wc->status != IBV_WC_SUCCESS)
+			ib->broken = true;
 		return false;
 	}
 	*out = (struct nic_rx){.pkt = pkt, .len = wc->byte_len - IB_GRH_BYTES, .buf = pkt};
@@ -232,6 +233,8 @@ static unsigned ib_rx_burst(struct nic *nic, struct nic_rx *out, unsigned max)
 		if (n < want)
 			break;
 	}
+	if (ib->broken)
+		ib_qp_recover(ib);
 	if (ib->n_pending && (got == 0 || ib->rq_posted < IB_RECV_LOW))
 		ib_post_pending(ib);
 	return got;
@@ -248,19 +251,17 @@ static int ib_poll_send(struct nic_ib *ib)
 		log_warn("nic_ib: ibv_poll_cq(send) failed");
 		return -1;
 	}
-	bool broken = false;
 	for (int i = 0; i < n; i++) {
-		uint32_t covered = (uint32_t)wc[i].wr_id;
+		/* Unsignalled WRs carry wr_id 0; one completes only on error. */
+		uint32_t covered = wc[i].wr_id ? (uint32_t)wc[i].wr_id : 1;
 		ib->sq_outstanding = covered > ib->sq_outstanding ? 0 : ib->sq_outstanding - covered;
 		if (wc[i].status != IBV_WC_SUCCESS) {
 			if (wc[i].status != IBV_WC_WR_FLUSH_ERR)
 				log_warn("nic_ib: send completion error: %s",
 					 ibv_wc_status_str(wc[i].status));
-			broken = true;
+			ib->broken = true;
 		}
 	}
-	if (broken)
-		ib_qp_recover(ib);
 	return n;
 }
 
@@ -291,6 +292,8 @@ static unsigned ib_tx_burst(struct nic *nic, const struct nic_tx *pkts, unsigned
 {
 	struct nic_ib *ib = to_ib(nic);
 	unsigned done = 0;
+	if (ib->broken)
+		ib_qp_recover(ib);
 	while (done < n) {
 		unsigned chunk = n - done < IB_TX_CHUNK ? n - done : IB_TX_CHUNK;
 		if (!ib_sq_reserve(ib, chunk))
@@ -436,10 +439,21 @@ static int ib_qp_to_rts(struct nic_ib *ib, bool from_reset)
 	return ib->api->modify_qp(ib->qp, &a, IBV_QP_STATE | (from_reset ? IBV_QP_SQ_PSN : 0));
 }
 
+/* Takes back a receive buffer the NIC no longer holds (reset, flush). */
+static void ib_reclaim_posted(struct nic_ib *ib, uint8_t *pkt)
+{
+	uint32_t slot = ib_slot_of(ib, pkt);
+	if (slot < ib->rq_depth && ib->rx_state[slot] == IB_BUF_POSTED) {
+		ib->rx_state[slot] = IB_BUF_HELD;
+		ib_recycle(ib, pkt);
+	}
+}
+
 static void ib_qp_recover(struct nic_ib *ib)
 {
 	struct ibv_qp_attr a;
 	struct ibv_qp_init_attr init;
+	ib->broken = false;
 	if (ib->api->query_qp(ib->qp, &a, IBV_QP_STATE, &init))
 		return;
 	if (a.qp_state == IBV_QPS_RTS)
@@ -451,18 +465,26 @@ static void ib_qp_recover(struct nic_ib *ib)
 		return;
 	}
 	log_warn("nic_ib: QP 0x%x in state %d; resetting it", ib->qp->qp_num, (int)a.qp_state);
+	/* Receive completions still queued name buffers the reset takes back;
+	 * packets among them are lost, which the rpc layer recovers from. */
+	struct ibv_wc wc[IB_STASH];
+	int n;
+	for (unsigned i = ib->stash_i; i < ib->stash_n; i++)
+		ib_reclaim_posted(ib, (uint8_t *)(uintptr_t)ib->stash[i].wr_id);
+	ib->stash_i = ib->stash_n = 0;
+	while ((n = ibv_poll_cq(ib->recv_cq, IB_STASH, wc)) > 0)
+		for (int i = 0; i < n; i++)
+			ib_reclaim_posted(ib, (uint8_t *)(uintptr_t)wc[i].wr_id);
+	while (ibv_poll_cq(ib->send_cq, IB_STASH, wc) > 0)
+		;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RESET;
 	if (ib->api->modify_qp(ib->qp, &a, IBV_QP_STATE))
 		return;
 	/* RESET discarded every posted receive and pending send. */
 	for (uint32_t s = 0; s < ib->rq_depth; s++)
-		if (ib->rx_state[s] == IB_BUF_POSTED) {
-			ib->rx_state[s] = IB_BUF_HELD;
-			ib_recycle(ib, ib_slot_pkt(ib, s));
-		}
+		ib_reclaim_posted(ib, ib_slot_pkt(ib, s));
 	ib->rq_posted = 0;
-	ib->stash_i = ib->stash_n = 0;
 	ib->sq_outstanding = 0;
 	ib->unsignalled = 0;
 	int rc = ib_qp_to_rts(ib, true);

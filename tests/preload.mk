@@ -38,3 +38,6 @@ TESTS += tests/test_preload_rxbuf
 tests_test_preload_rxbuf_SOURCES = tests/test_preload_rxbuf.c preload/rxbuf.c preload/rxbuf.h
 tests_test_preload_rxbuf_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_rxbuf_LDADD = $(TEST_LDADD)
+# libferry.so exports only the interposed names (nm -D against the map).
+TESTS += tests/test_preload_exports.sh
+EXTRA_DIST += tests/test_preload_exports.sh

@@ -213,8 +213,11 @@ int ferry_config_set(struct ferry_config *cfg, const char *name, const char *v, 
 		if (copy_string(v, cfg->stats_path, sizeof(cfg->stats_path)))
 			return refuse(err, errlen, name, v, "a path under 512 bytes (%p = pid)");
 	} else if (!strcmp(name, "FERRY_SLOTS")) {
-		if (parse_uint(v, 1, 64, &u))
-			return refuse(err, errlen, name, v, "1 to 64 requests in flight per session direction");
+		/* A power of two keeps every outstanding request on its own server
+		 * slot, whose count is fixed at RPC_SERVER_SLOTS (64). */
+		if (parse_uint(v, 1, 64, &u) || (u & (u - 1)))
+			return refuse(err, errlen, name, v,
+				      "a power of two from 1 to 64 (requests in flight per session direction)");
 		cfg->session_slots = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_CREDITS")) {
 		if (parse_uint(v, 1, 1024, &u))

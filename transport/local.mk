@@ -13,4 +13,7 @@ libferry_core_la_SOURCES = \
 libferry_core_la_SOURCES += transport/nic.h transport/rpc.h transport/timing_wheel.h transport/timely.h
 libferry_core_la_SOURCES += transport/nic_test.c transport/nic_test.h
 libferry_core_la_SOURCES += transport/timing_wheel.c transport/timely.c
+libferry_core_la_SOURCES += transport/pool.c transport/fault.c transport/fault.h
+libferry_core_la_SOURCES += transport/rpc.c transport/rpc_internal.h transport/rpc_tx.c
+libferry_core_la_SOURCES += transport/rpc_client.c transport/rpc_server.c transport/session.c
 libferry_core_la_SOURCES += transport/nic_udp.c transport/nic_udp.h

@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "transport/msgbuf.h"
 #include "transport/nic.h"
@@ -126,5 +127,8 @@ void rpc_local_route(const struct rpc *rpc, struct nic_route *out);
 struct nic *rpc_nic(const struct rpc *rpc);
 /* Payload bytes per packet this endpoint can send and receive. */
 uint32_t rpc_max_pkt_data(const struct rpc *rpc);
+
+/* Writes the endpoint's sessions and slots, for diagnostics. */
+void rpc_dump(struct rpc *rpc, FILE *out);
 
 #endif

@@ -1,0 +1,191 @@
+/*
+ * The rpc endpoint's insides, shared by rpc.c (endpoint and event loop),
+ * session.c, rpc_client.c (our requests), rpc_server.c (peer's requests)
+ * and rpc_tx.c (batching and pacing). Nothing outside transport/ includes it.
+ *
+ * Per session and direction, eRPC's client-driven protocol: a requester
+ * sends request packets and, once response packet 0 has told it the
+ * response's size, a request-for-response (RFR) per further response
+ * packet. Every such packet consumes one session credit and is answered by
+ * exactly one packet (a credit return for request packets but the last, a
+ * response packet otherwise), so a slot's sent packets and their answers
+ * form one sequence, indexed 0..N+M-2 for an N-packet request and an
+ * M-packet response. Go-back-N runs on that index: answers are accepted
+ * only in order; a gap, a NACK or a timeout rewinds num_tx to num_rx.
+ */
+#ifndef FERRY_RPC_INTERNAL_H
+#define FERRY_RPC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "transport/config.h"
+#include "transport/fault.h"
+#include "transport/msgbuf.h"
+#include "transport/nic.h"
+#include "transport/pkthdr.h"
+#include "transport/pool.h"
+#include "transport/rpc.h"
+#include "transport/stats.h"
+#include "transport/timely.h"
+#include "transport/timing_wheel.h"
+
+/* Server-side slots per session; a request lands on req_num % this. Client
+ * slot counts are powers of two up to this, so outstanding requests never
+ * share a server slot. */
+#define RPC_SERVER_SLOTS 64u
+#define RPC_TX_BATCH 32u
+#define RPC_RX_BATCH 32u
+#define RPC_CTRL_HDRS 4096u
+
+/* A requester slot: one of our requests in flight on a session. */
+struct client_slot {
+	bool busy;
+	bool rolled_back;  /* went back since the last in-order answer */
+	bool flush_needed; /* retransmitted: the nic may still read req */
+	uint8_t req_type;
+	uint32_t epoch;    /* bumped at each rollback and completion */
+	uint64_t req_num;
+	struct msgbuf *req;
+	rpc_cont_fn cont;
+	void *tag;
+	uint32_t req_pkts;  /* N */
+	uint32_t resp_pkts; /* M, 0 until response packet 0 arrived */
+	uint32_t resp_size;
+	struct msgbuf *resp; /* reassembly buffer for a multi-packet response */
+	uint32_t num_tx;     /* packets of the sequence sent (or in the wheel) */
+	uint32_t num_rx;     /* answers accepted, in order */
+	uint32_t rtt_from;   /* answers below this index may be for a packet
+				sent twice: no RTT sample from them (Karn) */
+	uint64_t progress_ns;
+	uint64_t *tx_ns;     /* send time per sequence index, ring of credits */
+};
+
+enum server_slot_state {
+	SRV_EMPTY,
+	SRV_RECEIVING,  /* request packets arriving */
+	SRV_IN_HANDLER, /* handler has it; response not yet given */
+	SRV_RESPONDED,  /* response saved for duplicates and RFRs */
+};
+
+struct rpc_req {
+	struct session *session;
+	struct server_slot *slot;
+	const struct msgbuf *msg; /* valid only while the handler runs */
+};
+
+/* A responder slot: the peer's latest request that maps here. */
+struct server_slot {
+	enum server_slot_state state;
+	uint8_t req_type;
+	bool resp_retransmitted;
+	uint64_t req_num;
+	uint32_t req_size;
+	uint32_t req_pkts;
+	uint32_t rx_pkts;      /* request packets received in order */
+	uint32_t nacked_at;    /* rx_pkts when we last NACKed, to NACK once per gap */
+	struct msgbuf *req;    /* reassembly buffer (multi-packet requests) */
+	struct msgbuf *resp;   /* the response, kept until the next request */
+	struct msgbuf *pre_resp; /* one-packet buffer reused across requests */
+	uint32_t resp_pkts;
+	struct rpc_req handle;
+};
+
+struct backlog_entry {
+	uint8_t req_type;
+	struct msgbuf *req;
+	rpc_cont_fn cont;
+	void *tag;
+};
+
+enum session_state { SESSION_CONNECTING, SESSION_UP, SESSION_DEAD };
+
+struct session {
+	uint16_t num;
+	uint16_t peer_num;
+	enum session_state state;
+	uint64_t token;
+	struct nic_peer *peer;
+	uint32_t dpp; /* payload bytes per packet, agreed at setup */
+	uint32_t credits;     /* packets we may still send */
+	uint32_t credits_max; /* the session's credit window */
+	uint32_t n_client_slots;
+	uint32_t refs;  /* handlers holding requests of this session, and
+			   the event loop while it calls out */
+	struct client_slot *cslots;
+	struct server_slot sslots[RPC_SERVER_SLOTS];
+	struct backlog_entry *backlog;
+	uint32_t backlog_head, backlog_len, backlog_cap;
+	uint32_t busy_slots;
+	struct timely timely;
+	uint64_t next_tx_ns;   /* pacing: when the next paced packet may leave */
+	struct session *active_next, *active_prev; /* on rpc->active while busy */
+	bool on_active;
+};
+
+struct rpc {
+	pthread_mutex_t lock;
+	struct nic *nic;
+	const struct ferry_config *cfg;
+	struct ferry_stats *st;
+	struct pool *pool;
+	uint32_t max_dpp;
+	struct {
+		rpc_handler_fn fn;
+		void *ctx;
+	} handlers[256];
+	rpc_session_fn session_fn;
+	void *session_ctx;
+	struct session **sessions;
+	uint32_t n_sessions; /* capacity of sessions[] */
+	struct session *active; /* sessions with requests in flight */
+	struct fault fault;
+	uint8_t *held_pkt;     /* a packet FAULT_REORDER put aside */
+	uint32_t held_len;
+	bool has_held;
+	struct timing_wheel *wheel;
+	struct nic_tx tx[RPC_TX_BATCH];
+	unsigned n_tx;
+	struct pool_chunk *ctrl_chunk; /* headers of credit returns and RFRs */
+	uint32_t ctrl_next;
+	uint64_t now_ns;        /* cached per event loop pass */
+	uint64_t next_timer_ns; /* next retransmission scan */
+};
+
+/* rpc_tx.c */
+void tx_packet(struct rpc *rpc, struct session *s, const void *hdr, uint32_t hdr_lkey,
+	       const void *data, uint32_t data_len, uint32_t data_lkey);
+void tx_flush(struct rpc *rpc);
+void tx_ctrl(struct rpc *rpc, struct session *s, const struct pkt_info *info);
+void tx_client_packet(struct rpc *rpc, struct session *s, struct client_slot *cs,
+		      uint32_t idx);
+void tx_reap_wheel(struct rpc *rpc);
+
+/* session.c */
+struct session *session_get(struct rpc *rpc, int num);
+/* A reference keeps a session's memory alive across a callout that may reset
+ * it; session_put frees a reset session when the last reference goes. */
+static inline void session_hold(struct session *s) { s->refs++; }
+void session_put(struct rpc *rpc, struct session *s);
+void session_activate(struct rpc *rpc, struct session *s);
+void session_deactivate(struct rpc *rpc, struct session *s);
+void session_release_server_slot(struct rpc *rpc, struct server_slot *ss);
+
+/* rpc_client.c */
+void client_push_all(struct rpc *rpc, struct session *s);
+void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info *pi,
+		      const uint8_t *data);
+void client_check_timeouts(struct rpc *rpc);
+void client_fail_all(struct rpc *rpc, struct session *s, int err);
+void client_pump_backlog(struct rpc *rpc, struct session *s);
+
+/* rpc_server.c */
+void server_on_request(struct rpc *rpc, struct session *s, const struct pkt_info *pi,
+		       const uint8_t *data);
+void server_on_rfr(struct rpc *rpc, struct session *s, const struct pkt_info *pi);
+
+/* rpc.c */
+struct msgbuf *rpc_view_msg(struct msgbuf *view, const uint8_t *data, uint32_t size);
+
+#endif

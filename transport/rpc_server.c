@@ -1,0 +1,219 @@
+/* Responder side: the peer's requests, at-most-once execution, responses. */
+#include <string.h>
+
+#include "transport/log.h"
+#include "transport/rpc_internal.h"
+
+static void send_cr(struct rpc *rpc, struct session *s, const struct server_slot *ss, uint32_t k,
+		    uint8_t flags)
+{
+	struct pkt_info cr = {.type = PKT_CR, .req_type = ss->req_type, .flags = flags,
+			      .dest_session = s->peer_num, .pkt_num = (uint16_t)k,
+			      .msg_size = ss->req_size, .req_num = ss->req_num, .token = s->token};
+	tx_ctrl(rpc, s, &cr);
+}
+
+static void send_resp_pkt(struct rpc *rpc, struct session *s, struct server_slot *ss, uint32_t k)
+{
+	struct msgbuf *m = ss->resp;
+	tx_packet(rpc, s, msgbuf_pkthdr(m, k), m->lkey, m->buf + (size_t)k * s->dpp,
+		  pkt_data_len(m->data_size, s->dpp, k), m->lkey);
+}
+
+static void run_handler(struct rpc *rpc, struct session *s, struct server_slot *ss,
+			const struct msgbuf *msg)
+{
+	rpc_handler_fn fn = rpc->handlers[ss->req_type].fn;
+	if (!fn) {
+		ferry_log_once(FERRY_LOG_WARN, "request of type %u with no handler dropped",
+			       ss->req_type);
+		stats_drop(rpc->st, type);
+		ss->state = SRV_EMPTY;
+		return;
+	}
+	ss->state = SRV_IN_HANDLER;
+	ss->handle.session = s;
+	ss->handle.slot = ss;
+	ss->handle.msg = msg;
+	session_hold(s); /* dropped by rpc_respond */
+	stats_inc(rpc->st->requests_rx);
+	fn(rpc, &ss->handle, rpc->handlers[ss->req_type].ctx);
+	ss->handle.msg = NULL;
+	if (ss->req) {
+		rpc_free_msg(rpc, ss->req);
+		ss->req = NULL;
+	}
+}
+
+static void start_request(struct rpc *rpc, struct session *s, struct server_slot *ss,
+			  const struct pkt_info *pi)
+{
+	session_release_server_slot(rpc, ss);
+	ss->state = SRV_RECEIVING;
+	ss->req_num = pi->req_num;
+	ss->req_type = pi->req_type;
+	ss->req_size = pi->msg_size;
+	ss->req_pkts = pkt_count(pi->msg_size, s->dpp);
+	ss->rx_pkts = 0;
+	ss->nacked_at = UINT32_MAX;
+	ss->resp_pkts = 0;
+}
+
+static void receive_in_order(struct rpc *rpc, struct session *s, struct server_slot *ss,
+			     const struct pkt_info *pi, const uint8_t *data)
+{
+	uint32_t k = pi->pkt_num;
+	uint32_t len = pkt_data_len(ss->req_size, s->dpp, k);
+	if (ss->req_pkts == 1) {
+		struct msgbuf view;
+		ss->rx_pkts = 1;
+		run_handler(rpc, s, ss, rpc_view_msg(&view, data, len));
+		return;
+	}
+	if (k == 0) {
+		ss->req = rpc_alloc_msg(rpc, ss->req_size);
+		if (!ss->req) {
+			/* The requester will send it again; maybe memory is back then. */
+			stats_drop(rpc->st, nomem);
+			ss->state = SRV_EMPTY;
+			return;
+		}
+	}
+	memcpy(ss->req->buf + (size_t)k * s->dpp, data, len);
+	ss->rx_pkts++;
+	if (ss->rx_pkts == ss->req_pkts)
+		run_handler(rpc, s, ss, ss->req);
+	else
+		send_cr(rpc, s, ss, k, 0);
+}
+
+void server_on_request(struct rpc *rpc, struct session *s, const struct pkt_info *pi,
+		       const uint8_t *data)
+{
+	struct server_slot *ss = &s->sslots[pi->req_num % RPC_SERVER_SLOTS];
+	if (ss->state == SRV_EMPTY || pi->req_num > ss->req_num) {
+		if (ss->state == SRV_IN_HANDLER) {
+			/* The requester reuses a slot only after the response: this
+			 * cannot be a well-behaved peer. */
+			stats_drop(rpc->st, number);
+			return;
+		}
+		if (pi->pkt_num != 0) {
+			/* The first packet of a new request was lost. */
+			struct server_slot probe = {.req_type = pi->req_type, .req_size = pi->msg_size,
+						    .req_num = pi->req_num};
+			send_cr(rpc, s, &probe, 0, PKT_FLAG_NACK);
+			stats_drop(rpc->st, number);
+			return;
+		}
+		start_request(rpc, s, ss, pi);
+	} else if (pi->req_num < ss->req_num) {
+		stats_drop(rpc->st, number); /* stale duplicate of a finished request */
+		return;
+	} else if (pi->msg_size != ss->req_size || pi->req_type != ss->req_type) {
+		stats_drop(rpc->st, size);
+		return;
+	}
+
+	uint32_t k = pi->pkt_num;
+	switch (ss->state) {
+	case SRV_RECEIVING:
+		if (k == ss->rx_pkts) {
+			receive_in_order(rpc, s, ss, pi, data);
+		} else if (k < ss->rx_pkts) {
+			send_cr(rpc, s, ss, k, 0); /* our credit return was lost */
+		} else {
+			if (ss->nacked_at != ss->rx_pkts) {
+				ss->nacked_at = ss->rx_pkts;
+				send_cr(rpc, s, ss, ss->rx_pkts, PKT_FLAG_NACK);
+			}
+			stats_drop(rpc->st, number);
+		}
+		break;
+	case SRV_IN_HANDLER:
+		if (k + 1 < ss->req_pkts)
+			send_cr(rpc, s, ss, k, 0);
+		break;
+	case SRV_RESPONDED:
+		if (k + 1 < ss->req_pkts) {
+			send_cr(rpc, s, ss, k, 0);
+		} else {
+			/* Executed already: answer from the saved response. */
+			ss->resp_retransmitted = true;
+			stats_inc(rpc->st->retransmits);
+			send_resp_pkt(rpc, s, ss, 0);
+		}
+		break;
+	case SRV_EMPTY:
+		break;
+	}
+}
+
+void server_on_rfr(struct rpc *rpc, struct session *s, const struct pkt_info *pi)
+{
+	struct server_slot *ss = &s->sslots[pi->req_num % RPC_SERVER_SLOTS];
+	if (ss->state != SRV_RESPONDED || ss->req_num != pi->req_num || pi->pkt_num == 0 ||
+	    pi->pkt_num >= ss->resp_pkts || pi->msg_size != ss->resp->data_size) {
+		stats_drop(rpc->st, number);
+		return;
+	}
+	send_resp_pkt(rpc, s, ss, pi->pkt_num);
+}
+
+const struct msgbuf *rpc_req_msg(const struct rpc_req *req) { return req->msg; }
+uint8_t rpc_req_type(const struct rpc_req *req) { return req->slot->req_type; }
+int rpc_req_session(const struct rpc_req *req) { return req->session->num; }
+
+struct msgbuf *rpc_resp_msg(struct rpc *rpc, struct rpc_req *req, uint32_t size)
+{
+	struct server_slot *ss = req->slot;
+	struct session *s = req->session;
+	if (size > RPC_MAX_MSG_SIZE)
+		return NULL;
+	if (ss->resp && ss->resp != ss->pre_resp)
+		rpc_free_msg(rpc, ss->resp);
+	ss->resp = NULL;
+	if (size <= s->dpp) {
+		if (!ss->pre_resp)
+			ss->pre_resp = rpc_alloc_msg(rpc, rpc->max_dpp);
+		ss->resp = ss->pre_resp;
+	} else {
+		ss->resp = rpc_alloc_msg(rpc, size);
+	}
+	if (ss->resp)
+		msgbuf_resize(ss->resp, size);
+	return ss->resp;
+}
+
+void rpc_respond(struct rpc *rpc, struct rpc_req *req)
+{
+	struct server_slot *ss = req->slot;
+	struct session *s = req->session;
+	if (s->state == SESSION_DEAD) {
+		session_release_server_slot(rpc, ss);
+		ss->state = SRV_EMPTY;
+		session_put(rpc, s);
+		return;
+	}
+	if (!ss->resp && !rpc_resp_msg(rpc, req, 0)) {
+		/* No memory even for an empty response: the requester retries
+		 * and the request runs again once (at most once per arrival). */
+		stats_drop(rpc->st, nomem);
+		ss->state = SRV_EMPTY;
+		session_put(rpc, s);
+		return;
+	}
+	struct msgbuf *m = ss->resp;
+	ss->resp_pkts = pkt_count(m->data_size, s->dpp);
+	struct pkt_info pi = {.type = PKT_RESP, .req_type = ss->req_type,
+			      .dest_session = s->peer_num, .msg_size = m->data_size,
+			      .req_num = ss->req_num, .token = s->token};
+	for (uint32_t k = 0; k < ss->resp_pkts; k++) {
+		pi.pkt_num = (uint16_t)k;
+		pkthdr_encode(msgbuf_pkthdr(m, k), &pi);
+	}
+	ss->state = SRV_RESPONDED;
+	ss->resp_retransmitted = false;
+	send_resp_pkt(rpc, s, ss, 0);
+	session_put(rpc, s);
+}

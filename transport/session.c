@@ -1,0 +1,177 @@
+/* Sessions of an endpoint: creation, peer installation, reset and teardown. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/clock.h"
+#include "transport/log.h"
+#include "transport/rpc_internal.h"
+
+struct session *session_get(struct rpc *rpc, int num)
+{
+	if (num < 0 || (uint32_t)num >= rpc->n_sessions)
+		return NULL;
+	return rpc->sessions[num];
+}
+
+void session_activate(struct rpc *rpc, struct session *s)
+{
+	if (s->on_active)
+		return;
+	s->on_active = true;
+	s->active_prev = NULL;
+	s->active_next = rpc->active;
+	if (rpc->active)
+		rpc->active->active_prev = s;
+	rpc->active = s;
+}
+
+void session_deactivate(struct rpc *rpc, struct session *s)
+{
+	if (!s->on_active)
+		return;
+	if (s->active_prev)
+		s->active_prev->active_next = s->active_next;
+	else
+		rpc->active = s->active_next;
+	if (s->active_next)
+		s->active_next->active_prev = s->active_prev;
+	s->active_next = s->active_prev = NULL;
+	s->on_active = false;
+}
+
+void session_release_server_slot(struct rpc *rpc, struct server_slot *ss)
+{
+	if (ss->resp_retransmitted || (ss->resp && rpc->n_tx)) {
+		/* A duplicate answer may still be queued or on the nic. */
+		tx_flush(rpc);
+		nic_flush(rpc->nic);
+		ss->resp_retransmitted = false;
+	}
+	if (ss->resp && ss->resp != ss->pre_resp)
+		rpc_free_msg(rpc, ss->resp);
+	ss->resp = NULL;
+	if (ss->req) {
+		rpc_free_msg(rpc, ss->req);
+		ss->req = NULL;
+	}
+}
+
+static void session_free(struct rpc *rpc, struct session *s)
+{
+	for (uint32_t i = 0; i < RPC_SERVER_SLOTS; i++) {
+		struct server_slot *ss = &s->sslots[i];
+		session_release_server_slot(rpc, ss);
+		if (ss->pre_resp)
+			rpc_free_msg(rpc, ss->pre_resp);
+	}
+	if (s->peer)
+		nic_peer_destroy(rpc->nic, s->peer);
+	for (uint32_t i = 0; i < s->n_client_slots; i++)
+		free(s->cslots[i].tx_ns);
+	free(s->cslots);
+	free(s->backlog);
+	free(s);
+}
+
+void session_put(struct rpc *rpc, struct session *s)
+{
+	if (--s->refs == 0 && s->state == SESSION_DEAD)
+		session_free(rpc, s);
+}
+
+int rpc_session_create(struct rpc *rpc, uint64_t token)
+{
+	uint32_t num = 0;
+	while (num < rpc->n_sessions && rpc->sessions[num])
+		num++;
+	if (num == rpc->n_sessions) {
+		if (rpc->n_sessions >= UINT16_MAX)
+			return -ENOSPC;
+		uint32_t cap = rpc->n_sessions ? rpc->n_sessions * 2 : 16;
+		if (cap > UINT16_MAX)
+			cap = UINT16_MAX;
+		struct session **t = realloc(rpc->sessions, cap * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		memset(t + rpc->n_sessions, 0, (cap - rpc->n_sessions) * sizeof(*t));
+		rpc->sessions = t;
+		rpc->n_sessions = cap;
+	}
+	struct session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->num = (uint16_t)num;
+	s->token = token;
+	s->state = SESSION_CONNECTING;
+	s->credits_max = rpc->cfg->session_credits;
+	s->n_client_slots = rpc->cfg->session_slots;
+	s->cslots = calloc(s->n_client_slots, sizeof(*s->cslots));
+	if (!s->cslots) {
+		free(s);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < s->n_client_slots; i++) {
+		s->cslots[i].req_num = i;
+		s->cslots[i].tx_ns = calloc(s->credits_max, sizeof(uint64_t));
+		if (!s->cslots[i].tx_ns) {
+			session_free(rpc, s);
+			return -ENOMEM;
+		}
+	}
+	timely_init(&s->timely, rpc->cfg->link_gbps, clock_now_ns());
+	rpc->sessions[num] = s;
+	return (int)num;
+}
+
+int rpc_session_connect(struct rpc *rpc, int num, const struct nic_route *route,
+			uint16_t peer_session, uint32_t dpp)
+{
+	struct session *s = session_get(rpc, num);
+	if (!s || s->state != SESSION_CONNECTING)
+		return -EINVAL;
+	if (dpp < RPC_MIN_PKT_DATA || dpp > rpc->max_dpp)
+		return -EINVAL;
+	int rc = nic_peer_create(rpc->nic, route, &s->peer);
+	if (rc)
+		return rc;
+	s->peer_num = peer_session;
+	s->dpp = dpp;
+	s->credits = s->credits_max;
+	s->state = SESSION_UP;
+	if (rpc->session_fn)
+		rpc->session_fn(rpc, num, RPC_SESSION_UP, 0, rpc->session_ctx);
+	return 0;
+}
+
+void rpc_session_reset(struct rpc *rpc, int num, int err)
+{
+	struct session *s = session_get(rpc, num);
+	if (!s)
+		return;
+	bool was_up = s->state == SESSION_UP;
+	s->state = SESSION_DEAD;
+	rpc->sessions[num] = NULL;
+	session_hold(s);
+	session_deactivate(rpc, s);
+	client_fail_all(rpc, s, err);
+	for (uint32_t i = 0; i < RPC_SERVER_SLOTS; i++)
+		if (s->sslots[i].state != SRV_IN_HANDLER)
+			session_release_server_slot(rpc, &s->sslots[i]);
+	if (was_up && rpc->session_fn)
+		rpc->session_fn(rpc, num, err == -ENOTCONN ? RPC_SESSION_CLOSED : RPC_SESSION_RESET,
+				err, rpc->session_ctx);
+	session_put(rpc, s);
+}
+
+bool rpc_session_is_up(const struct rpc *rpc, int num)
+{
+	struct session *s = session_get((struct rpc *)rpc, num);
+	return s && s->state == SESSION_UP;
+}
+
+uint64_t rpc_session_token(const struct rpc *rpc, int num)
+{
+	struct session *s = session_get((struct rpc *)rpc, num);
+	return s ? s->token : 0;
+}

@@ -292,6 +292,10 @@ static unsigned ib_tx_burst(struct nic *nic, const struct nic_tx *pkts, unsigned
 {
 	struct nic_ib *ib = to_ib(nic);
 	unsigned done = 0;
+	/* One look at the send CQ per burst keeps the queue short and notices
+	 * an error before more packets follow into a stopped queue. */
+	if (ib->sq_outstanding)
+		ib_poll_send(ib);
 	if (ib->broken)
 		ib_qp_recover(ib);
 	while (done < n) {

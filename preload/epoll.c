@@ -43,6 +43,7 @@ struct fepoll {
 	int sleepers; /* atomic */
 	int watched;  /* atomic: inside another epoll or polled */
 	int signaled; /* atomic: wakefd holds a count */
+	int notify_fd; /* the nic's, in the kernel instance while not watched; -1 */
 	unsigned calls;
 };
 
@@ -162,12 +163,34 @@ void epoll_file_event(struct ffile *f, uint32_t mask, uint32_t events)
 		if (it->events & EPOLLEXCLUSIVE) {
 			/* Every exclusive watcher sees the item on its next wait, but
 			 * only one sleeping one is woken for it, as in the kernel. */
-			bool sleeping = __atomic_load_n(&it->ep->sleepers, __ATOMIC_ACQUIRE) > 0;
+			bool sleeping = __atomic_load_n(&it->ep->sleepers, __ATOMIC_ACQUIRE) > 0 ||
+					__atomic_load_n(&it->ep->watched, __ATOMIC_RELAXED);
 			if (ep_make_ready(it->ep, it, !exclusive_woken && sleeping))
 				exclusive_woken = true;
 		} else {
 			ep_make_ready(it->ep, it, true);
 		}
+	}
+}
+
+void epoll_file_quiet(struct ffile *f)
+{
+	for (struct epitem *it = f->epitems; it; it = it->fnext) {
+		struct fepoll *ep = it->ep;
+		if (!__atomic_load_n(&ep->watched, __ATOMIC_RELAXED))
+			continue;
+		pthread_mutex_lock(&ep->lock);
+		struct epitem *r = ep->rhead;
+		while (r) {
+			struct epitem *next = r->rnext;
+			if (r->disabled || !(ffile_mask(r->file) & item_want(r)))
+				ready_unlink(ep, r);
+			r = next;
+		}
+		bool empty = ep->rhead == NULL;
+		pthread_mutex_unlock(&ep->lock);
+		if (empty)
+			ep_drain(ep);
 	}
 }
 
@@ -272,9 +295,11 @@ static struct ffile *fepoll_convert(int epfd, int *err)
 		return NULL;
 	}
 	int nfd = __atomic_load_n(&ep_notify_fd, __ATOMIC_ACQUIRE);
+	ep->notify_fd = -1;
 	if (nfd >= 0) {
 		struct epoll_event nev = {.events = EPOLLIN | EPOLLET, .data.ptr = &ep_notify_tag};
-		libc()->epoll_ctl(epfd, EPOLL_CTL_ADD, nfd, &nev);
+		if (libc()->epoll_ctl(epfd, EPOLL_CTL_ADD, nfd, &nev) == 0)
+			ep->notify_fd = nfd;
 	}
 	struct ffile *f = ffile_new(&fdtab, FFILE_EPOLL);
 	if (!f) {
@@ -324,6 +349,13 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 	case EPOLL_CTL_ADD:
 		if (it) {
 			rc = -EEXIST;
+			break;
+		}
+		if ((ev->events & EPOLLEXCLUSIVE) &&
+		    (ev->events & ~(uint32_t)(EPOLLIN | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND |
+					      EPOLLWRNORM | EPOLLWRBAND | EPOLLERR | EPOLLHUP |
+					      EPOLLWAKEUP | EPOLLET | EPOLLEXCLUSIVE))) {
+			rc = -EINVAL; /* the kernel's EPOLLEXCLUSIVE_OK_BITS */
 			break;
 		}
 		it = calloc(1, sizeof(*it));
@@ -396,8 +428,15 @@ void epoll_mark_watched(struct ffile *f);
 void epoll_mark_watched(struct ffile *f)
 {
 	struct fepoll *ep = f->priv;
-	__atomic_store_n(&ep->watched, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&ep->lock);
+	if (!ep->watched && ep->notify_fd >= 0) {
+		/* A packet would make the instance look readable to whoever
+		 * watches it, with nothing behind it: from now on the progress
+		 * thread alone watches the nic for this instance's sleepers. */
+		libc()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, ep->notify_fd, NULL);
+		ep->notify_fd = -1;
+	}
+	__atomic_store_n(&ep->watched, 1, __ATOMIC_RELAXED);
 	bool ready = ep->rhead != NULL;
 	pthread_mutex_unlock(&ep->lock);
 	if (ready)

@@ -20,6 +20,9 @@ struct ffile;
 
 /* With f->wlock held: events just happened on f, whose mask is now mask. */
 void epoll_file_event(struct ffile *f, uint32_t mask, uint32_t events);
+/* With f->wlock held: f became less ready; instances watched from outside
+ * drop items that are no longer ready, so the outside sees them quiet. */
+void epoll_file_quiet(struct ffile *f);
 /* f's last reference is gone: drop its registrations everywhere. */
 void epoll_file_gone(struct ffile *f);
 /*

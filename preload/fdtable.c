@@ -75,6 +75,7 @@ struct ffile *ffile_new(struct fdtable *t, enum ffile_kind kind)
 	f->mask = 0;
 	f->status = 0;
 	f->hybrid = false;
+	f->gone = false;
 	f->epitems = NULL;
 	f->waiters = NULL;
 	f->priv = NULL;
@@ -244,6 +245,8 @@ void ffile_notify(struct ffile *f, uint32_t mask, uint32_t events)
 		epoll_file_event(f, mask, events);
 		for (struct wait_node *n = f->waiters; n; n = n->next)
 			wait_wake(n->waiter);
+	} else if (f->epitems) {
+		epoll_file_quiet(f);
 	}
 	pthread_mutex_unlock(&f->wlock);
 }

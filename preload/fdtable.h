@@ -35,6 +35,7 @@ struct ffile {
 	uint32_t mask;         /* atomic: readiness as EPOLL* bits */
 	int status;            /* atomic: O_NONBLOCK and friends (F_GETFL) */
 	bool hybrid;           /* the placeholder also has kernel readiness (listeners) */
+	bool gone;             /* atomic: handed to the kernel; look the number up again */
 	pthread_mutex_t wlock; /* guards epitems and waiters */
 	struct epitem *epitems;
 	struct wait_node *waiters;

@@ -42,6 +42,11 @@ void ferry_lock(void)
 
 void ferry_unlock(void)
 {
+	/* Whatever the call queued goes on the wire before the lock is let go:
+	 * nobody else may run the loop soon (the progress thread sleeps while
+	 * the process looks idle). */
+	if (ferry_lock_depth == 1 && stream_take_tx_pending())
+		rpc_run_once(ferry.rpc);
 	if (--ferry_lock_depth == 0)
 		rpc_unlock(ferry.rpc);
 	ferry_internal_leave();

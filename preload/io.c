@@ -17,6 +17,7 @@
 #include "preload/libc.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
+#include "preload/wait.h"
 #include "transport/rpc.h"
 
 #define IO_IOV_STACK 16
@@ -83,6 +84,10 @@ static size_t iov_total(const struct iovec *iov, int n)
 	return t;
 }
 
+/* Internal: the socket became the kernel's while we waited; redo the call
+ * there. Never returned to the application. */
+#define IO_GONE (-EXDEV)
+
 /* Waits for a connect in progress (blocking) or says -EAGAIN. */
 static int io_wait_open(struct ffile *f, struct fsock *sk, bool nonblock, uint64_t deadline)
 {
@@ -91,7 +96,9 @@ static int io_wait_open(struct ffile *f, struct fsock *sk, bool nonblock, uint64
 		bool opening = sk->state == FSOCK_CONNECTING ||
 			       (sk->state == FSOCK_STREAM && sk->stream->state == STREAM_OPENING);
 		ferry_unlock();
-		if (!opening || __atomic_load_n(&sk->kernel_gone, __ATOMIC_ACQUIRE))
+		if (__atomic_load_n(&sk->kernel_gone, __ATOMIC_ACQUIRE))
+			return IO_GONE;
+		if (!opening)
 			return 0;
 		if (nonblock)
 			return -EAGAIN;
@@ -145,6 +152,8 @@ static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt,
 		if (n != -EAGAIN || nonblock)
 			break;
 		n = sock_wait(f, EPOLLIN | EPOLLRDHUP, deadline, -1, 0);
+		if (n == -EINTR && !sk->rcvtimeo_ns && wait_signals_restart())
+			n = 0;
 		if (n < 0)
 			break;
 	}
@@ -185,9 +194,7 @@ static ssize_t ferry_sendv(struct ffile *f, const struct iovec *iov, int iovcnt,
 			rpc_run_once(ferry.rpc);
 			n = stream_send(ferry.rpc, s, cur.v, cur.n);
 		}
-		if (n > 0)
-			rpc_run_once(ferry.rpc); /* puts the requests on the wire */
-		ferry_unlock();
+		ferry_unlock(); /* puts the requests on the wire */
 		if (n > 0) {
 			done += (size_t)n;
 			if (done >= want || nonblock)
@@ -198,6 +205,8 @@ static ssize_t ferry_sendv(struct ffile *f, const struct iovec *iov, int iovcnt,
 		if (n != -EAGAIN || nonblock)
 			break;
 		n = sock_wait(f, EPOLLOUT, deadline, -1, 0);
+		if (n == -EINTR && !sk->sndtimeo_ns && wait_signals_restart())
+			n = 0;
 		if (n < 0)
 			break;
 	}
@@ -228,18 +237,26 @@ static struct ffile *io_file(int fd)
 	return f;
 }
 
-static ssize_t io_recv(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+static ssize_t io_recv(struct ffile *f, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	/* A fork child's copy of a stream: an error, never a hang. */
 	ssize_t rc = f->kind == FFILE_DEAD ? -ECONNRESET : ferry_recvv(f, iov, iovcnt, flags);
 	ffile_put(&fdtab, f);
+	if (rc == IO_GONE) {
+		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+		return libc()->recvmsg(fd, &m, flags);
+	}
 	return ferry_ret(rc);
 }
 
-static ssize_t io_send(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+static ssize_t io_send(struct ffile *f, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	ssize_t rc = f->kind == FFILE_DEAD ? -EPIPE : ferry_sendv(f, iov, iovcnt, flags);
 	ffile_put(&fdtab, f);
+	if (rc == IO_GONE) {
+		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+		return libc()->sendmsg(fd, &m, flags);
+	}
 	return ferry_ret(rc);
 }
 
@@ -248,7 +265,7 @@ FERRY_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 	struct ffile *f = io_file(fd);
 	if (!f)
 		return libc()->readv(fd, iov, iovcnt);
-	return io_recv(f, iov, iovcnt, 0);
+	return io_recv(f, fd, iov, iovcnt, 0);
 }
 
 FERRY_EXPORT ssize_t read(int fd, void *buf, size_t len)
@@ -257,7 +274,7 @@ FERRY_EXPORT ssize_t read(int fd, void *buf, size_t len)
 	if (!f)
 		return libc()->read(fd, buf, len);
 	struct iovec v = {buf, len};
-	return io_recv(f, &v, 1, 0);
+	return io_recv(f, fd, &v, 1, 0);
 }
 
 FERRY_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
@@ -266,7 +283,7 @@ FERRY_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 	if (!f)
 		return libc()->recv(fd, buf, len, flags);
 	struct iovec v = {buf, len};
-	return io_recv(f, &v, 1, flags);
+	return io_recv(f, fd, &v, 1, flags);
 }
 
 FERRY_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
@@ -278,7 +295,7 @@ FERRY_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct s
 	if (addr && alen)
 		*alen = 0; /* a connected stream names no sender, as in TCP */
 	struct iovec v = {buf, len};
-	return io_recv(f, &v, 1, flags);
+	return io_recv(f, fd, &v, 1, flags);
 }
 
 FERRY_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
@@ -286,10 +303,15 @@ FERRY_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	struct ffile *f = io_file(fd);
 	if (!f)
 		return libc()->recvmsg(fd, msg, flags);
+	if (msg->msg_iovlen > IOV_MAX) {
+		ffile_put(&fdtab, f);
+		errno = EMSGSIZE;
+		return -1;
+	}
 	msg->msg_namelen = 0;
 	msg->msg_controllen = 0;
 	msg->msg_flags = 0;
-	return io_recv(f, msg->msg_iov, (int)msg->msg_iovlen, flags);
+	return io_recv(f, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
 }
 
 FERRY_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
@@ -297,7 +319,7 @@ FERRY_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 	struct ffile *f = io_file(fd);
 	if (!f)
 		return libc()->writev(fd, iov, iovcnt);
-	return io_send(f, iov, iovcnt, 0);
+	return io_send(f, fd, iov, iovcnt, 0);
 }
 
 FERRY_EXPORT ssize_t write(int fd, const void *buf, size_t len)
@@ -306,7 +328,7 @@ FERRY_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 	if (!f)
 		return libc()->write(fd, buf, len);
 	struct iovec v = {(void *)buf, len};
-	return io_send(f, &v, 1, 0);
+	return io_send(f, fd, &v, 1, 0);
 }
 
 FERRY_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
@@ -315,7 +337,7 @@ FERRY_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 	if (!f)
 		return libc()->send(fd, buf, len, flags);
 	struct iovec v = {(void *)buf, len};
-	return io_send(f, &v, 1, flags);
+	return io_send(f, fd, &v, 1, flags);
 }
 
 FERRY_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
@@ -325,7 +347,7 @@ FERRY_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 	if (!f)
 		return libc()->sendto(fd, buf, len, flags, addr, alen);
 	struct iovec v = {(void *)buf, len};
-	return io_send(f, &v, 1, flags); /* TCP ignores an address once connected */
+	return io_send(f, fd, &v, 1, flags); /* TCP ignores an address once connected */
 }
 
 FERRY_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
@@ -333,7 +355,12 @@ FERRY_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	struct ffile *f = io_file(fd);
 	if (!f)
 		return libc()->sendmsg(fd, msg, flags);
-	return io_send(f, msg->msg_iov, (int)msg->msg_iovlen, flags);
+	if (msg->msg_iovlen > IOV_MAX) {
+		ffile_put(&fdtab, f);
+		errno = EMSGSIZE;
+		return -1;
+	}
+	return io_send(f, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
 }
 
 #ifdef HAVE_RECVMMSG

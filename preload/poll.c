@@ -15,6 +15,9 @@ void epoll_mark_watched(struct ffile *f);
 
 #define POLL_STACK 32
 
+/* Internal: a file went to the kernel mid-wait; classify the fds again. */
+#define POLL_REGROUP (-EXDEV)
+
 struct poll_ctx {
 	struct pollfd *fds;
 	nfds_t n;
@@ -42,6 +45,8 @@ static int poll_scan(struct poll_ctx *c)
 			c->fds[i].revents = 0;
 			continue;
 		}
+		if (__atomic_load_n(&c->files[i]->gone, __ATOMIC_ACQUIRE))
+			return POLL_REGROUP;
 		c->fds[i].revents = (short)file_revents(c->files[i], c->fds[i].events);
 		ready += c->fds[i].revents != 0;
 	}
@@ -79,6 +84,8 @@ static void poll_link(struct poll_ctx *c, struct waiter *w, bool on)
 static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigmask)
 {
 	int ready = poll_scan(c);
+	if (ready < 0)
+		return ready;
 	if (ready > 0 || deadline <= clock_now_ns()) {
 		if (c->nk) {
 			int k = libc()->poll(c->kfds, c->nk, 0);
@@ -93,6 +100,8 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 	for (unsigned i = 0; clock_now_ns() < spin_end && clock_now_ns() < deadline; i++) {
 		wait_progress_run();
 		ready = poll_scan(c);
+		if (ready < 0)
+			return ready;
 		if (ready > 0 || (c->nk && i % 8 == 7)) {
 			if (c->nk) {
 				int k = libc()->poll(c->kfds, c->nk, 0);
@@ -111,7 +120,9 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 			poll_link(c, w, true);
 		ready = poll_scan(c);
 		int k = 0;
-		if (ready == 0) {
+		if (ready < 0) {
+			k = ready;
+		} else if (ready == 0) {
 			struct timespec ts;
 			k = wait_block(w, c->kfds, c->nk, wait_remaining(deadline, &ts), sigmask);
 		} else if (c->nk) {
@@ -123,6 +134,8 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 		if (k < 0)
 			return k;
 		ready = poll_scan(c);
+		if (ready < 0)
+			return ready;
 		if (k > 0)
 			ready += poll_merge(c);
 		if (ready > 0 || clock_now_ns() >= deadline)
@@ -131,7 +144,7 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 }
 
 /* -errno, or the number of ready entries. */
-static int fpoll(struct pollfd *fds, nfds_t n, uint64_t deadline, const sigset_t *sigmask)
+static int fpoll_once(struct pollfd *fds, nfds_t n, uint64_t deadline, const sigset_t *sigmask)
 {
 	struct ffile *files_s[POLL_STACK];
 	struct pollfd kfds_s[POLL_STACK + 2];
@@ -173,6 +186,15 @@ static int fpoll(struct pollfd *fds, nfds_t n, uint64_t deadline, const sigset_t
 		if (c.files[i])
 			ffile_put(&fdtab, c.files[i]);
 	free(heap);
+	return rc;
+}
+
+static int fpoll(struct pollfd *fds, nfds_t n, uint64_t deadline, const sigset_t *sigmask)
+{
+	int rc;
+	do
+		rc = fpoll_once(fds, n, deadline, sigmask);
+	while (rc == POLL_REGROUP);
 	return rc;
 }
 

@@ -35,6 +35,8 @@ struct fsock {
 	struct listener *lis;
 	int so_error;
 	bool kernel_gone; /* handed to the kernel: callers look the fd up again */
+	bool linger0;     /* SO_LINGER on with a zero timeout: close resets */
+	bool nb_connect;  /* EINPROGRESS was returned: the next connect says 0 once */
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */
 	struct sockaddr_storage dst;
 	socklen_t dst_len;

@@ -151,9 +151,11 @@ static void sock_release(struct ffile *f)
 	socklen_t llen = 0;
 	ferry_lock();
 	if (sk->stream) {
-		stream_close(ferry.rpc, sk->stream);
+		if (sk->linger0)
+			stream_abort(ferry.rpc, sk->stream);
+		else
+			stream_close(ferry.rpc, sk->stream);
 		sk->stream = NULL;
-		rpc_run_once(ferry.rpc);
 	}
 	if (sk->lis) {
 		la = sk->lis->addr;
@@ -207,6 +209,7 @@ static void sock_handoff(struct ffile *f)
 	struct fsock *sk = f->priv;
 	epoll_file_kernelize(f);
 	__atomic_store_n(&sk->kernel_gone, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&f->gone, true, __ATOMIC_RELEASE);
 	fdtable_forget_file(&fdtab, f);
 	ffile_notify(f, EPOLLOUT | EPOLLIN, EPOLLOUT | EPOLLIN);
 }
@@ -270,7 +273,6 @@ static int sock_open_stream(struct fsock *sk, int session, const struct sockaddr
 		return rc;
 	sk->stream = s;
 	sk->state = FSOCK_STREAM;
-	rpc_run_once(ferry.rpc);
 	return 0;
 }
 
@@ -363,12 +365,18 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 		rc = -EALREADY;
 	} else if (st == FSOCK_STREAM) {
 		struct stream *s = sk->stream;
-		if (s->state == STREAM_OPENING)
+		if (s->state == STREAM_OPENING) {
 			rc = -EALREADY;
-		else if (s->state == STREAM_FAILED)
+		} else if (s->state == STREAM_FAILED) {
 			rc = s->err ? -stream_take_error(s) : -ECONNRESET;
-		else
+		} else if (sk->nb_connect) {
+			/* Linux reports a completed non-blocking connect once more
+			 * as success, then EISCONN. */
+			sk->nb_connect = false;
+			rc = 1;
+		} else {
 			rc = -EISCONN;
+		}
 	} else if (st == FSOCK_FAILED) {
 		sk->state = FSOCK_NEW;
 		sk->so_error = 0;
@@ -376,7 +384,7 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 	}
 	ferry_unlock();
 	if (rc)
-		return rc;
+		return rc == 1 ? 0 : rc;
 	if (st != FSOCK_NEW)
 		return c->connect(fd, a, l) == 0 ? 0 : -errno;
 
@@ -412,6 +420,7 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 		ffile_get(f);
 		ferry_unlock();
 		ferry_internal_enter();
+		sk->nb_connect = true;
 		rc = mgmt_connect_async(ferry.mgmt, ferry.rpc, (struct sockaddr *)&dst, dlen,
 					ferry.cfg.connect_timeout_ms, sock_connect_done, f);
 		ferry_internal_leave();
@@ -444,8 +453,10 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 		count_fallback(rc);
 		return sock_kernel_connect(f, fd, a, l);
 	}
-	if (nonblock)
+	if (nonblock) {
+		sk->nb_connect = true;
 		return -EINPROGRESS;
+	}
 	rc = sock_wait(f, EPOLLOUT, UINT64_MAX, -1, 0);
 	if (rc < 0)
 		return rc; /* -EINTR: the connect goes on, as the kernel's does */
@@ -564,6 +575,8 @@ static int sock_accept(struct ffile *f, int fd, struct sockaddr *addr, socklen_t
 		if (ffile_nonblock(f))
 			return -EAGAIN;
 		int rc = sock_wait(f, EPOLLIN, deadline, fd, POLLIN);
+		if (rc == -EINTR && !sk->rcvtimeo_ns && wait_signals_restart())
+			continue;
 		if (rc < 0)
 			return rc;
 	}
@@ -653,7 +666,6 @@ FERRY_EXPORT int shutdown(int fd, int how)
 		ferry_lock();
 		if (sk->state == FSOCK_STREAM) {
 			rc = stream_shutdown(ferry.rpc, sk->stream, how);
-			rpc_run_once(ferry.rpc);
 		}
 		ferry_unlock();
 	}
@@ -834,15 +846,18 @@ FERRY_EXPORT int setsockopt(int fd, int level, int name, const void *val, sockle
 	 * answers as it would; ferry only notes the timeouts it must honour. */
 	int rc = libc()->setsockopt(fd, level, name, val, len);
 	if (rc != 0 || ferry_internal() || !fdtable_maybe(&fdtab, fd) || level != SOL_SOCKET ||
-	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO))
+	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
 		return rc;
 	struct ffile *f = sock_get(fd);
 	if (f && f->kind == FFILE_SOCK) {
 		struct fsock *sk = f->priv;
 		if (name == SO_RCVTIMEO)
 			sk->rcvtimeo_ns = timeval_ns(val, len);
-		else
+		else if (name == SO_SNDTIMEO)
 			sk->sndtimeo_ns = timeval_ns(val, len);
+		else if (len >= sizeof(struct linger))
+			sk->linger0 = ((const struct linger *)val)->l_onoff &&
+				      ((const struct linger *)val)->l_linger == 0;
 	}
 	if (f)
 		ffile_put(&fdtab, f);

@@ -65,6 +65,7 @@ struct wire_ack {
 struct stream_tx {
 	struct stream *s;
 	struct msgbuf *m;
+	uint32_t len; /* DATA bytes carried */
 };
 
 /* Streams by index (endpoint lock). */
@@ -74,6 +75,14 @@ static uint32_t st_cap, st_used;
 static uint32_t *st_free;
 static uint32_t st_nfree;
 static struct listener *listeners;
+static bool st_tx_pending;
+
+bool stream_take_tx_pending(void)
+{
+	bool p = st_tx_pending;
+	st_tx_pending = false;
+	return p;
+}
 
 /* --- table --- */
 
@@ -145,7 +154,8 @@ size_t stream_tx_space(const struct stream *s)
 
 size_t stream_tx_queued(const struct stream *s)
 {
-	return (size_t)(s->tx_seq - s->tx_acked);
+	/* As SIOCOUTQ: sent and not yet acknowledged as received. */
+	return (size_t)(s->tx_seq - s->tx_delivered);
 }
 
 static bool stream_eof(const struct stream *s)
@@ -229,7 +239,7 @@ static void ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, voi
 static int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t value,
 			   rpc_cont_fn cont)
 {
-	struct stream_tx *tx = malloc(sizeof(*tx));
+	struct stream_tx *tx = calloc(1, sizeof(*tx));
 	if (!tx)
 		return -ENOMEM;
 	struct msgbuf *m = rpc_alloc_msg(rpc, sizeof(struct wire_seg));
@@ -249,6 +259,7 @@ static int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint
 	}
 	s->refs++;
 	s->inflight++;
+	st_tx_pending = true;
 	return 0;
 }
 
@@ -265,6 +276,8 @@ static void data_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 	}
 	if (status < 0)
 		stream_fail(s, ECONNRESET);
+	else
+		s->tx_delivered += tx->len;
 	ctl_cont(rpc, status, status == 0 ? resp : NULL, tag);
 }
 
@@ -310,7 +323,7 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 			chunk = total - done;
 		if (chunk > STREAM_DATA_MAX)
 			chunk = STREAM_DATA_MAX;
-		struct stream_tx *tx = malloc(sizeof(*tx));
+		struct stream_tx *tx = calloc(1, sizeof(*tx));
 		struct msgbuf *m = tx ? rpc_alloc_msg(rpc, (uint32_t)(sizeof(struct wire_seg) + chunk))
 				      : NULL;
 		if (!m) {
@@ -335,6 +348,8 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 		}
 		s->refs++;
 		s->inflight++;
+		st_tx_pending = true;
+		tx->len = (uint32_t)chunk;
 		s->tx_seq += chunk;
 		done += chunk;
 	}
@@ -408,6 +423,14 @@ void stream_close(struct rpc *rpc, struct stream *s)
 	s->wr_shut = s->rd_shut = true;
 	s->reset = true; /* nothing more for the application */
 	stream_put(s);
+}
+
+void stream_abort(struct rpc *rpc, struct stream *s)
+{
+	if (s->state == STREAM_OPEN && !s->reset && !s->fin_sent)
+		stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
+	s->fin_sent = true;
+	stream_close(rpc, s);
 }
 
 void stream_abandon(struct stream *s)
@@ -530,7 +553,7 @@ int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct s
 	s->peer_len = dst_len;
 	memcpy(&s->local, src, src_len);
 	s->local_len = src_len;
-	struct stream_tx *tx = malloc(sizeof(*tx));
+	struct stream_tx *tx = calloc(1, sizeof(*tx));
 	struct msgbuf *m = tx ? rpc_alloc_msg(rpc, sizeof(struct wire_open)) : NULL;
 	if (!m) {
 		free(tx);
@@ -553,6 +576,7 @@ int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct s
 	}
 	s->refs++;
 	s->inflight++;
+	st_tx_pending = true;
 	*out = s;
 	return 0;
 }

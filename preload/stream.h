@@ -54,6 +54,7 @@ struct stream {
 	struct rxbuf rx;
 	uint64_t rx_advertised;
 	uint64_t tx_seq, tx_acked;
+	uint64_t tx_delivered; /* bytes the peer has received (not read) */
 	uint32_t peer_window;
 	unsigned inflight;
 	struct sockaddr_storage local, peer;
@@ -113,6 +114,12 @@ struct stream *listener_pop(struct listener *l);
 /* Forgets every stream and listener without touching them (a daemon()
  * child that starts a fresh ferry). */
 void stream_forget_all(void);
+
+/* Whether requests were queued since the last call (the caller then runs
+ * the event loop once so they go on the wire). */
+bool stream_take_tx_pending(void);
+/* Closes with a reset instead of a FIN (SO_LINGER with a zero timeout). */
+void stream_abort(struct rpc *rpc, struct stream *s);
 
 /* Sends FIN on every open stream (at exit, so peers see EOF at once). */
 void stream_fin_all(struct rpc *rpc);

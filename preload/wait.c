@@ -4,6 +4,7 @@
 #include "preload/wait.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -160,6 +161,21 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 	if (nfd >= 0 && kfds[n - 1].revents && ops)
 		ops->run();
 	return mine;
+}
+
+bool wait_signals_restart(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0)
+			continue;
+		bool caught = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != NULL
+							 : (sa.sa_handler != SIG_DFL &&
+							    sa.sa_handler != SIG_IGN);
+		if (caught && !(sa.sa_flags & SA_RESTART))
+			return false;
+	}
+	return true;
 }
 
 uint64_t wait_deadline_ms(int timeout_ms)

@@ -69,6 +69,14 @@ unsigned wait_spin_us(void);
 int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct timespec *timeout,
 	       const sigset_t *sigmask);
 
+/*
+ * Whether a blocking socket call interrupted by a signal should resume, as
+ * the kernel resumes one under SA_RESTART. ferry sleeps in ppoll, which the
+ * kernel never restarts and which does not say which signal came, so this
+ * answers yes when every caught signal's handler has SA_RESTART.
+ */
+bool wait_signals_restart(void);
+
 /* Deadlines in CLOCK_MONOTONIC nanoseconds; UINT64_MAX is "never". */
 uint64_t wait_deadline_ms(int timeout_ms);
 uint64_t wait_deadline_ts(const struct timespec *ts);

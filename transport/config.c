@@ -22,7 +22,7 @@ void ferry_config_defaults(struct ferry_config *cfg)
 	cfg->heartbeat_ms = 100;
 	cfg->connect_timeout_ms = 200;
 	cfg->mtu = 0;
-	cfg->congestion_control = true;
+	cfg->congestion_control = FERRY_CC_AUTO;
 	cfg->link_gbps = 25.0;
 	cfg->fault.seed = 1;
 	cfg->ib_port = 0;
@@ -244,9 +244,12 @@ int ferry_config_set(struct ferry_config *cfg, const char *name, const char *v, 
 			return refuse(err, errlen, name, v, "0 (path MTU) or bytes from 256 to 65507");
 		cfg->mtu = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_CC")) {
-		if (parse_bool(v, &b))
-			return refuse(err, errlen, name, v, "1|0|on|off");
-		cfg->congestion_control = b;
+		if (!strcmp(v, "auto"))
+			cfg->congestion_control = FERRY_CC_AUTO;
+		else if (parse_bool(v, &b))
+			return refuse(err, errlen, name, v, "auto|on|off|1|0");
+		else
+			cfg->congestion_control = b ? FERRY_CC_ON : FERRY_CC_OFF;
 	} else if (!strcmp(name, "FERRY_LINK_GBPS")) {
 		if (parse_uint(v, 1, 800, &u))
 			return refuse(err, errlen, name, v, "whole Gbit/s from 1 to 800");

@@ -103,6 +103,8 @@ struct nic {
 	const struct nic_ops *ops;
 	const char *name;           /* "udp", "ib", "softib", "test" */
 	uint32_t max_pkt_size;      /* bytes per packet on the wire, header included */
+	bool switched_fabric;       /* packets cross switches whose queues Timely's
+				       RTT signal measures (FERRY_CC=auto) */
 	struct ferry_stats *stats;  /* counters the nic may bump (drops, pkts) */
 };
 

@@ -907,6 +907,7 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 	ib->softib = softib;
 	ib->base.ops = &nic_ib_ops;
 	ib->base.name = softib ? "softib" : "ib";
+	ib->base.switched_fabric = !softib; /* softib is shared memory: no switch queues */
 	ib->base.stats = stats;
 
 	struct ibv_port_attr pa;

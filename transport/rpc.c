@@ -32,6 +32,8 @@ struct rpc *rpc_create(struct nic *nic, const struct ferry_config *cfg, struct f
 	rpc->cfg = cfg;
 	rpc->st = st;
 	rpc->max_dpp = nic->max_pkt_size - PKTHDR_SIZE;
+	rpc->cc = cfg->congestion_control == FERRY_CC_ON ||
+		  (cfg->congestion_control == FERRY_CC_AUTO && nic->switched_fabric);
 	if (nic->max_pkt_size < PKTHDR_SIZE + RPC_MIN_PKT_DATA) {
 		snprintf(msg, msglen, "the %s nic's packets (%u bytes) are smaller than ferry's minimum (%u)",
 			 nic->name, nic->max_pkt_size, PKTHDR_SIZE + RPC_MIN_PKT_DATA);

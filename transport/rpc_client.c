@@ -4,11 +4,12 @@
 #include <string.h>
 
 #include "transport/clock.h"
+#include "transport/log.h"
 #include "transport/rpc_internal.h"
 
 static bool paced(const struct rpc *rpc, const struct session *s)
 {
-	return rpc->cfg->congestion_control && !timely_uncongested(&s->timely);
+	return rpc->cc && !timely_uncongested(&s->timely);
 }
 
 /* Sends what the slot may send now: request packets, then RFRs once the
@@ -180,7 +181,7 @@ static void on_progress(struct rpc *rpc, struct session *s, struct client_slot *
 	s->credits++;
 	cs->progress_ns = rpc->now_ns;
 	cs->rolled_back = false;
-	if (rpc->cfg->congestion_control && idx >= cs->rtt_from) {
+	if (rpc->cc && idx >= cs->rtt_from) {
 		uint64_t sent = cs->tx_ns[idx % s->credits_max];
 		if (rpc->now_ns > sent)
 			timely_update(&s->timely, (double)(rpc->now_ns - sent) / 1000.0, rpc->now_ns);
@@ -217,6 +218,9 @@ void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info 
 		idx = cs->req_pkts - 1 + pi->pkt_num;
 	}
 	if (idx != cs->num_rx || idx >= cs->num_tx) {
+		log_debug("session %u: answer %u out of order (rx %u tx %u, %s %u)", s->num, idx,
+			  cs->num_rx, cs->num_tx, pi->type == PKT_CR ? "credit return" : "response",
+			  pi->pkt_num);
 		/* A gap means packets in between were lost (or reordered, which
 		 * go-back-N treats alike): go back now rather than wait out the
 		 * timeout. Duplicates and late answers are just dropped. */
@@ -269,6 +273,9 @@ void client_check_timeouts(struct rpc *rpc)
 		for (uint32_t i = 0; i < s->n_client_slots; i++) {
 			struct client_slot *cs = &s->cslots[i];
 			if (cs->busy && cs->num_tx > cs->num_rx && rpc->now_ns - cs->progress_ns >= rto) {
+				log_debug("session %u slot %u: timeout after %llu us, going back from %u to %u (request %u packets, response %u)",
+					  s->num, i, (unsigned long long)((rpc->now_ns - cs->progress_ns) / 1000),
+					  cs->num_tx, cs->num_rx, cs->req_pkts, cs->resp_pkts);
 				client_go_back(rpc, s, cs);
 				client_push(rpc, s, cs);
 			}

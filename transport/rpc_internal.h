@@ -131,6 +131,7 @@ struct rpc {
 	struct ferry_stats *st;
 	struct pool *pool;
 	uint32_t max_dpp;
+	bool cc; /* Timely and pacing (FERRY_CC, the nic's fabric) */
 	struct {
 		rpc_handler_fn fn;
 		void *ctx;

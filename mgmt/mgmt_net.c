@@ -171,13 +171,32 @@ uint32_t mgmt_net_udp_payload_max(const struct mgmt_addr *addr)
 	return mtu > (int)overhead ? (uint32_t)mtu - overhead : 0;
 }
 
+/* Errors an ICMP message leaves in SO_ERROR. */
+static bool icmp_errno(int err)
+{
+	return err == ECONNREFUSED || err == EHOSTUNREACH || err == ENETUNREACH ||
+	       err == EHOSTDOWN || err == ENETDOWN || err == EPROTO;
+}
+
 int mgmt_net_send(int fd, const void *buf, size_t len, const struct sockaddr *to, socklen_t tolen)
 {
-	ssize_t n;
-	do {
-		n = sendto(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL, to, tolen);
-	} while (n < 0 && errno == EINTR);
-	return n < 0 ? -errno : 0;
+	bool retried = false;
+	for (;;) {
+		if (sendto(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL, to, tolen) >= 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		/* With IP_RECVERR an ICMP error for an earlier datagram, to any
+		 * address, is also kept in SO_ERROR, and the next sendto()
+		 * returns it instead of sending (the kernel clears it then).
+		 * The error queue tells whose it was; send once more to learn
+		 * whether this datagram has an error of its own. */
+		if (!retried && icmp_errno(errno)) {
+			retried = true;
+			continue;
+		}
+		return -errno;
+	}
 }
 
 uint64_t mgmt_net_random64(void)

@@ -265,6 +265,7 @@ Test(mgmt_handshake, ferry_peers_are_connected_in_advance)
 	ferry_config_defaults(&cfg);
 	cfg.transport = FERRY_TRANSPORT_UDP;
 	cfg.log_level = FERRY_LOG_ERROR;
+	cfg.connect_timeout_ms = 30000; /* slow runs (valgrind) must not time out */
 	/* One good peer, one that is not there, one that does not parse. */
 	uint16_t dead;
 	close(raw_socket(&dead));

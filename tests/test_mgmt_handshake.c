@@ -134,6 +134,7 @@ Test(mgmt_handshake, duplicate_connect_req_gets_the_same_session)
 	cr_assert_eq(r2.token, req.token);
 	cr_assert_eq(r2.session, r1.session);
 	cr_assert_eq(r2.data_per_pkt, r1.data_per_pkt);
+	cr_assert_eq(r1.data_per_pkt, RPC_MIN_PKT_DATA, "agreed payload is at most the client's");
 	cr_assert_eq(r1.uuid, mgmt_uuid(nexus_mgmt(server)));
 	cr_assert_eq(STAT(server, sessions), 1);
 }
@@ -301,4 +302,23 @@ Test(mgmt_handshake, session_reset_by_the_endpoint_is_closed_on_both_sides)
 	cr_assert_eq(STAT(client, sessions), 2);
 	struct tmu_call c;
 	cr_assert_eq(tmu_call(rpc, s2, ECHO_REQ, 10, &c), 0);
+}
+
+Test(mgmt_handshake, other_datapath_is_refused)
+{
+	uint16_t raw_port;
+	int fd = raw_socket(&raw_port);
+	struct mgmt_msg req = {.type = MGMT_CONNECT_REQ, .token = 77, .uuid = 78, .session = 1,
+			       .data_per_pkt = RPC_MIN_PKT_DATA};
+	req.route.kind = FERRY_TRANSPORT_IB;
+	req.route.len = 4;
+	uint8_t buf[MGMT_WIRE_MAX_SIZE];
+	size_t len = mgmt_wire_encode(&req, buf);
+	send_to_port(fd, buf, len, port);
+	struct mgmt_msg r;
+	recv_type(fd, MGMT_CONNECT_RESP, &r);
+	close(fd);
+	cr_assert_eq(r.status, EPROTONOSUPPORT);
+	cr_assert_eq(r.token, 77);
+	cr_assert_eq(STAT(server, sessions), 0);
 }

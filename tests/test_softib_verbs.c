@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "compat/softib/softib_int.h"
 #include "tests/softib_fixture.h"
 #include "transport/verbs_seam.h"
 
@@ -502,6 +503,28 @@ Test(softib, queues_of_a_crashed_process_are_reclaimed)
 	cr_assert_eq(poll_one(A.scq, &wc), 1);
 	close(pfd[0]);
 	close(pfd[1]);
+}
+
+Test(softib, a_sender_that_dies_holding_a_ring_lock_does_not_wedge_the_ring)
+{
+	bring_up(A.qp);
+	bring_up(B.qp);
+	cr_assert_eq(post_recv(&B, 0, 1024, B.mr->lkey, 1), 0);
+	struct sib_qp_shm *ring = ((struct sib_qp *)B.qp)->shm;
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		/* What a sender killed in the middle of a copy leaves behind. */
+		pthread_mutex_lock(&ring->lock);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, NULL, 0), pid);
+	strcpy((char *)A.mem, "after");
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 6, A.mr->lkey, 0, 1), 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(B.rcq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+	cr_assert_str_eq((char *)B.mem + 40, "after");
 }
 
 Test(softib, fabric_directory_is_private)

@@ -297,7 +297,10 @@ static struct ffile *fepoll_convert(int epfd, int *err)
 	int nfd = __atomic_load_n(&ep_notify_fd, __ATOMIC_ACQUIRE);
 	ep->notify_fd = -1;
 	if (nfd >= 0) {
-		struct epoll_event nev = {.events = EPOLLIN | EPOLLET, .data.ptr = &ep_notify_tag};
+		/* Exclusive: a packet wakes one sleeping thread, not all of them
+		 * (the others hear from it through their wake-up fds). */
+		struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
+					  .data.ptr = &ep_notify_tag};
 		if (libc()->epoll_ctl(epfd, EPOLL_CTL_ADD, nfd, &nev) == 0)
 			ep->notify_fd = nfd;
 	}
@@ -590,7 +593,7 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 	}
 	uint64_t spin_end = clock_now_ns() + (uint64_t)wait_spin_us() * 1000u;
 	for (unsigned i = 0;; i++) {
-		wait_progress_run();
+		wait_spin_once();
 		n = ep_harvest(ep, events, max);
 		if (n > 0)
 			return n;

@@ -98,7 +98,7 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 	}
 	uint64_t spin_end = clock_now_ns() + (uint64_t)wait_spin_us() * 1000u;
 	for (unsigned i = 0; clock_now_ns() < spin_end && clock_now_ns() < deadline; i++) {
-		wait_progress_run();
+		wait_spin_once();
 		ready = poll_scan(c);
 		if (ready < 0)
 			return ready;

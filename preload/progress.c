@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@ static int pg_efd = -1;
 static int pg_dump;          /* atomic: a stats dump was asked for */
 static uint64_t pg_last_run; /* atomic: when an application thread last ran the loop */
 static uint64_t pg_tick_ns;
+static int pg_notify_fd = -1;
 
 static void progress_run(void)
 {
@@ -69,6 +71,12 @@ void progress_request_dump(void)
 	}
 }
 
+/* An application thread that ran the loop this recently is taken to be
+ * around: the nic's wake-ups go to it, not to this thread. */
+#define PROGRESS_APP_IDLE_NS (20ull * 1000000ull)
+
+static char pg_efd_tag, pg_notify_tag;
+
 static void *progress_main(void *arg)
 {
 	struct rpc *rpc = arg;
@@ -77,18 +85,23 @@ static void *progress_main(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	int ep = c->epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event eev = {.events = EPOLLIN, .data.ptr = &pg_efd_tag};
+	c->epoll_ctl(ep, EPOLL_CTL_ADD, pg_efd, &eev);
+	bool watching = false;
 	for (;;) {
 		bool busy = true;
 		int armed = -1;
 		uint64_t now = clock_now_ns();
-		bool app_active = now - __atomic_load_n(&pg_last_run, __ATOMIC_RELAXED) < pg_tick_ns;
+		uint64_t since = now - __atomic_load_n(&pg_last_run, __ATOMIC_RELAXED);
+		bool app_active = since < PROGRESS_APP_IDLE_NS;
 		if (rpc_trylock(rpc)) {
 			/* Application threads running the loop keep timers going;
-			 * only step in when they are not. */
-			if (!app_active)
+			 * only step in when they have not for a tick. */
+			if (since >= pg_tick_ns)
 				rpc_run_once(rpc);
 			busy = rpc_busy(rpc);
-			if (!busy) {
+			if (!app_active) {
 				armed = rpc_arm_notify(rpc);
 				if (armed == 1)
 					rpc_run_once(rpc);
@@ -97,24 +110,43 @@ static void *progress_main(void *arg)
 		}
 		if (armed == 1)
 			continue;
-		struct pollfd pfd[2] = {{.fd = pg_efd, .events = POLLIN}};
-		nfds_t n = 1;
-		if (armed == 0)
-			pfd[n++] = (struct pollfd){.fd = rpc_notify_fd(rpc), .events = POLLIN};
-		/* Idle: sleep until a packet or a request. Busy: tick so the
-		 * retransmission timer runs even if no application thread does. */
-		int timeout = busy ? (int)(pg_tick_ns / 1000000u) : -1;
+		/* The nic's fd is registered exclusively everywhere, and this
+		 * instance registered first, so while it holds the fd the kernel
+		 * wakes this thread before any application thread: hold it only
+		 * while the application is away. */
+		bool want = armed == 0;
+		if (want != watching) {
+			struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
+						  .data.ptr = &pg_notify_tag};
+			if (c->epoll_ctl(ep, want ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, pg_notify_fd,
+					 &nev) == 0)
+				watching = want;
+		}
+		/* Busy: tick so retransmission timers run even if no application
+		 * thread does. Application around: look again when it may have
+		 * left. Otherwise sleep until a packet or a request. */
+		int timeout = -1;
+		if (busy)
+			timeout = (int)(pg_tick_ns / 1000000u);
+		else if (!watching)
+			timeout = (int)(PROGRESS_APP_IDLE_NS / 1000000u);
 		if (busy && timeout == 0)
 			timeout = 1;
-		c->poll(pfd, n, timeout);
-		if (pfd[0].revents) {
-			uint64_t v;
-			ssize_t r = c->read(pg_efd, &v, sizeof(v));
-			(void)r;
+		struct epoll_event ev[2];
+		int k = c->epoll_wait(ep, ev, 2, timeout);
+		bool notified = false;
+		for (int i = 0; i < k; i++) {
+			if (ev[i].data.ptr == &pg_efd_tag) {
+				uint64_t v;
+				ssize_t r = c->read(pg_efd, &v, sizeof(v));
+				(void)r;
+			} else {
+				notified = true;
+			}
 		}
 		if (__atomic_exchange_n(&pg_dump, 0, __ATOMIC_RELAXED))
 			ferry_stats_dump();
-		if (n == 2 && pfd[1].revents && rpc_trylock(rpc)) {
+		if (notified && rpc_trylock(rpc)) {
 			rpc_run_once(rpc);
 			rpc_unlock(rpc);
 		}
@@ -128,6 +160,9 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg)
 	pg_tick_ns = (uint64_t)cfg->rto_us * 250u;
 	if (pg_tick_ns < 100000u)
 		pg_tick_ns = 100000u;
+	rpc_lock(rpc);
+	pg_notify_fd = rpc_notify_fd(rpc);
+	rpc_unlock(rpc);
 	pg_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (pg_efd < 0)
 		return -errno;
@@ -142,7 +177,7 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg)
 		pg_efd = -1;
 		return -rc;
 	}
-	epoll_set_notify_fd(rpc_notify_fd(rpc));
+	epoll_set_notify_fd(pg_notify_fd);
 	wait_set_progress(&pg_ops, cfg->spin_us);
 	return 0;
 }

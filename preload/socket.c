@@ -58,7 +58,7 @@ int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short 
 	while (clock_now_ns() < spin_end) {
 		if (ffile_mask(f) & want)
 			return 0;
-		wait_progress_run();
+		wait_spin_once();
 	}
 	struct waiter *w = wait_self();
 	struct wait_node node;

@@ -4,8 +4,11 @@
 #include "preload/wait.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -25,7 +28,36 @@ static void wait_destroy(void *p)
 {
 	struct waiter *w = p;
 	libc()->close(w->efd);
+	if (w->epfd >= 0)
+		libc()->close(w->epfd);
 	free(w);
+}
+
+static char wait_efd_tag, wait_notify_tag;
+
+/* The thread's own epoll: its waiter and, exclusively, the nic's
+ * notification fd, so one packet wakes one sleeping thread. */
+static int wait_epoll(struct waiter *w, int nfd)
+{
+	const struct libc_fns *c = libc();
+	if (w->epfd < 0) {
+		w->epfd = c->epoll_create1(EPOLL_CLOEXEC);
+		if (w->epfd < 0)
+			return -1;
+		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &wait_efd_tag};
+		if (c->epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->efd, &ev) != 0) {
+			c->close(w->epfd);
+			w->epfd = -1;
+			return -1;
+		}
+	}
+	if (nfd >= 0 && w->epfd_notify != nfd) {
+		struct epoll_event ev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
+					 .data.ptr = &wait_notify_tag};
+		if (c->epoll_ctl(w->epfd, EPOLL_CTL_ADD, nfd, &ev) == 0)
+			w->epfd_notify = nfd;
+	}
+	return w->epfd;
 }
 
 static void wait_key_init(void)
@@ -47,6 +79,8 @@ struct waiter *wait_self(void)
 		return NULL;
 	}
 	w->signaled = 0;
+	w->epfd = -1;
+	w->epfd_notify = -1;
 	wait_tls = w;
 	pthread_setspecific(wait_key, w);
 	return w;
@@ -60,6 +94,8 @@ void wait_fork_child(void)
 	wait_tls = NULL;
 	pthread_setspecific(wait_key, NULL);
 	libc()->close(w->efd);
+	if (w->epfd >= 0)
+		libc()->close(w->epfd);
 	free(w);
 }
 
@@ -119,6 +155,12 @@ void wait_progress_run(void)
 		ops->run();
 }
 
+void wait_spin_once(void)
+{
+	wait_progress_run();
+	sched_yield();
+}
+
 int wait_arm(void)
 {
 	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
@@ -141,6 +183,23 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 			ops->run();
 			return 0;
 		}
+	}
+	if (nk == 0 && w && wait_epoll(w, nfd) >= 0 && (nfd < 0 || w->epfd_notify == nfd)) {
+		struct epoll_event ev[2];
+		int ms = -1;
+		if (timeout) {
+			uint64_t t = (uint64_t)timeout->tv_sec * 1000u +
+				     ((uint64_t)timeout->tv_nsec + 999999u) / 1000000u;
+			ms = t > INT_MAX ? INT_MAX : (int)t;
+		}
+		int k = libc()->epoll_pwait(w->epfd, ev, 2, ms, sigmask);
+		if (k < 0)
+			return -errno;
+		wait_consume(w);
+		for (int i = 0; i < k; i++)
+			if (ev[i].data.ptr == &wait_notify_tag && ops)
+				ops->run();
+		return 0;
 	}
 	unsigned n = nk;
 	if (w)

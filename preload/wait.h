@@ -20,6 +20,8 @@ struct ffile;
 struct waiter {
 	int efd;
 	int signaled; /* atomic: efd holds a count */
+	int epfd;     /* efd plus the nic's notification fd (exclusive), or -1 */
+	int epfd_notify; /* the notification fd epfd holds, -1 */
 };
 
 struct wait_node {
@@ -55,6 +57,10 @@ struct wait_progress_ops {
 };
 void wait_set_progress(const struct wait_progress_ops *ops, unsigned spin_us);
 void wait_progress_run(void);
+/* One turn of a spin: the event loop once, then the CPU to anyone waiting
+ * for it. A spinner that kept its CPU would starve a peer process that
+ * shares it (a client and server on one core) until the spin ran out. */
+void wait_spin_once(void);
 /* ops->arm, or -1 when there is no transport. */
 int wait_arm(void);
 unsigned wait_spin_us(void);

@@ -1,0 +1,261 @@
+#!/bin/sh
+# bench/compare.sh: redis and memcached over kernel TCP against ferry, in one go.
+#
+# Runs redis-benchmark SET and GET at -c 1, -c 50, -c 50 -P 16 and -c 50 -k 0
+# (a new connection per request), and memcaslap (or memcslap), first over
+# kernel TCP, then over each ferry transport, and prints one table: requests
+# per second for each, ferry's ratio to the kernel, p50 latency at -c 1, and
+# the server's system calls per request, counted by strace -c -f in a second,
+# separate pass (tracing slows the server down, so it never touches the
+# throughput figures). Every ferry figure is checked against the FERRY_STATS
+# counters: a run that the kernel carried instead is marked "FALLBACK".
+#
+# Usage: bench/compare.sh [-B BUILDDIR] [-t "udp softib"] [-n REQUESTS] [--no-strace]
+#   BUILDDIR   a configured and built tree (default: the current directory)
+#   -t         ferry transports to measure (default: udp, plus softib when
+#              ferry-run --check says it works; "none": kernel only)
+#   -n         requests per redis-benchmark test (default 20000; -P 16 runs 5x)
+# Figures are noisy on a shared 2-core machine: run it on a quiet box.
+
+set -u
+builddir=$(pwd)
+transports=
+n=20000
+use_strace=yes
+while [ $# -gt 0 ]; do
+	case $1 in
+	-B) builddir=$2; shift 2 ;;
+	-t) transports=$2; shift 2 ;;
+	-n) n=$2; shift 2 ;;
+	--no-strace) use_strace=no; shift ;;
+	-h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "compare.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+builddir=$(cd "$builddir" && pwd) || exit 2
+ferry_run=$builddir/ferry-run
+[ -x "$ferry_run" ] || { echo "compare.sh: no ferry-run in $builddir: build first (make)" >&2; exit 2; }
+lib=$("$ferry_run" --print-lib)
+[ -f "$lib" ] || { echo "compare.sh: $lib is not built" >&2; exit 2; }
+for b in redis-server redis-benchmark ss; do
+	command -v $b >/dev/null || { echo "compare.sh: $b is not installed" >&2; exit 2; }
+done
+[ $use_strace = yes ] && ! command -v strace >/dev/null && use_strace=no
+if [ "$transports" = none ]; then
+	transports=
+elif [ -z "$transports" ]; then
+	transports=udp
+	FERRY_TRANSPORT=softib "$ferry_run" --transport softib --check >/dev/null 2>&1 &&
+		transports="udp softib"
+fi
+memc=
+command -v memcaslap >/dev/null && memc=memcaslap
+[ -z "$memc" ] && command -v memcslap >/dev/null && memc=memcslap
+command -v memcached >/dev/null || memc=
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-compare.XXXXXX")
+chmod 1777 "$work"
+server_pid=
+cleanup() {
+	[ -n "$server_pid" ] && kill -TERM $server_pid 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+free_port() {
+	while :; do
+		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
+		ss -Htuan | awk '{print $5}' | grep -q ":$p\$" || { echo $p; return; }
+	done
+}
+wait_listen() {
+	i=0
+	until ss -Hltn "sport = :$1" | grep -q LISTEN; do
+		i=$((i + 1)); [ $i -lt 200 ] || return 1; sleep 0.05
+	done
+}
+
+# with MODE CMD...: CMD plainly (kernel) or preloaded over transport MODE,
+# counters to $work/stats-$tag-<pid>.json.
+with() {
+	mode=$1
+	shift
+	if [ "$mode" = kernel ]; then
+		"$@"
+	else
+		"$ferry_run" --transport "$mode" --stats "$work/stats-$tag-%p.json" "$@"
+	fi
+}
+
+stat_sum() { # key tag
+	cat "$work"/stats-$2-*.json 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2 |
+		awk '{s += $1} END {print s + 0}'
+}
+
+# server_start MODE TRACE(yes/no) KIND: starts redis or memcached, sets port/server_pid.
+server_start() {
+	port=$(free_port)
+	tag=srv
+	rm -f "$work"/stats-srv-*.json
+	if [ "$3" = redis ]; then
+		set -- "$1" "$2" redis-server --port "$port" --bind 127.0.0.1 --save "" \
+			--appendonly no --protected-mode no --daemonize no --maxclients 2000
+	else
+		set -- "$1" "$2" memcached -u nobody -t 2 -p "$port" -U 0 -l 127.0.0.1 -m 256 -c 4096
+	fi
+	mode=$1
+	trace=$2
+	shift 2
+	# One simple command in the background, so $! is the process itself.
+	[ "$trace" = yes ] && set -- strace -f -c -o "$work/strace.txt" "$@"
+	[ "$mode" != kernel ] && set -- "$ferry_run" --transport "$mode" --stats "$work/stats-srv-%p.json" "$@"
+	"$@" >"$work/server.log" 2>&1 &
+	server_pid=$!
+	wait_listen "$port" || { echo "server did not start: $(tail -3 "$work/server.log")" >&2; exit 1; }
+}
+
+# Stops the server; under strace, sets calls to the system calls it made.
+server_stop() {
+	target=$server_pid
+	# Under strace the server is strace's child.
+	[ "$trace" = yes ] && target=$(ps -o pid= --ppid "$server_pid" | head -1 | tr -d ' ')
+	kill -TERM "$target" 2>/dev/null
+	wait "$server_pid" 2>/dev/null
+	server_pid=
+	calls=
+	[ "$trace" = yes ] && calls=$(awk '$NF == "total" {print $4}' "$work/strace.txt")
+}
+
+# redis_run MODE ARGS...: SET and GET figures as "set_rps set_p50 get_rps get_p50".
+redis_run() {
+	mode=$1
+	shift
+	tag=cli
+	rm -f "$work"/stats-cli-*.json
+	with "$mode" redis-benchmark -p "$port" -t set,get -r 100000 -d 32 --csv "$@" \
+		>"$work/bench.csv" 2>"$work/bench.err" || { echo "0 0 0 0"; return; }
+	tr -d '"' <"$work/bench.csv" | awk -F, '
+		$1 == "SET" {s = $2; sp = $5} $1 == "GET" {g = $2; gp = $5}
+		END {print (s ? s : 0), (sp ? sp : 0), (g ? g : 0), (gp ? gp : 0)}'
+}
+
+memc_run() {
+	mode=$1
+	tag=cli
+	rm -f "$work"/stats-cli-*.json
+	if [ "$memc" = memcaslap ]; then
+		with "$mode" memcaslap -s "127.0.0.1:$port" -T 2 -c 50 -x "$n" >"$work/memc.log" 2>&1
+		sed -n 's/.*TPS: \([0-9]*\).*/\1/p' "$work/memc.log" | tail -1
+	else
+		with "$mode" memcslap -s "127.0.0.1:$port" -t get -c 8 -e $((n / 8)) >"$work/memc.log" 2>&1
+		sed -n 's/^Time to get *\([0-9]*\) keys.* \([0-9.]*\) seconds\./\1 \2/p' "$work/memc.log" |
+			awk '{ if ($2 > 0) printf "%d\n", $1 / $2; else print 0 }'
+	fi
+}
+
+# Whether the last client run rode ferry: "" if so, else a marker.
+path_mark() {
+	[ "$1" = kernel ] && return
+	c=$(stat_sum streams_connected cli)
+	f=$(stat_sum fallbacks cli)
+	if [ "$c" -eq 0 ] || [ "$f" -gt 0 ]; then echo " FALLBACK($f)"; fi
+}
+
+configs="c1:-c 1 -n $((n / 4))
+c50:-c 50 -n $n
+c50P16:-c 50 -P 16 -n $((n * 5))
+c50k0:-c 50 -k 0 -n $((n / 2))"
+
+modes="kernel $transports"
+results=$work/results
+: >"$results"
+for mode in $modes; do
+	echo "measuring over $mode ..." >&2
+	server_start "$mode" no redis
+	while IFS=: read -r name args; do
+		# shellcheck disable=SC2086
+		set -- $(redis_run "$mode" $args)
+		mark=$(path_mark "$mode")
+		echo "$mode redis $name $1 $2 $3 $4 $mark" >>"$results"
+	done <<EOF
+$configs
+EOF
+	server_stop
+	if [ "$use_strace" = yes ]; then
+		while IFS=: read -r name args; do
+			server_start "$mode" yes redis
+			# shellcheck disable=SC2086
+			set -- $(redis_run "$mode" $args)
+			server_stop
+			reqs=$(echo "$args" | sed 's/.*-n \([0-9]*\).*/\1/')
+			echo "$mode sys $name $calls $((2 * reqs))" >>"$results"
+		done <<EOF
+$configs
+EOF
+	fi
+	if [ -n "$memc" ]; then
+		server_start "$mode" no memcached
+		echo "$mode memc $memc $(memc_run "$mode") $(path_mark "$mode")" >>"$results"
+		server_stop
+		if [ "$use_strace" = yes ]; then
+			server_start "$mode" yes memcached
+			memc_run "$mode" >/dev/null
+			server_stop
+			echo "$mode sys memc $calls $n" >>"$results"
+		fi
+	fi
+done
+
+# --- the table
+awk -v modes="$modes" '
+function ratio(a, b) { return (b > 0 && a > 0) ? sprintf("%.2fx", a / b) : "-" }
+function per(c, r) { return (r > 0 && c != "") ? sprintf("%.1f", c / r) : "-" }
+{
+	if ($2 == "redis") {
+		rps[$1, "SET " $3] = $4; p50[$1, "SET " $3] = $5
+		rps[$1, "GET " $3] = $6; p50[$1, "GET " $3] = $7
+		mark[$1, "SET " $3] = mark[$1, "GET " $3] = ($8 != "" ? " " $8 : "")
+	} else if ($2 == "memc") {
+		rps[$1, "memc"] = $4; mark[$1, "memc"] = ($5 != "" ? " " $5 : ""); memc_name = $3
+	} else if ($2 == "sys") {
+		key = ($3 == "memc") ? "memc" : $3
+		sys[$1, key] = per($4, $5)
+	}
+}
+END {
+	nm = split(modes, m, " ")
+	hdr = "| test | kernel req/s"
+	sep = "|---|---:"
+	for (i = 2; i <= nm; i++) { hdr = hdr " | " m[i] " req/s | " m[i] "/kernel"; sep = sep "|---:|---:" }
+	hdr = hdr " | syscalls/req kernel"
+	sep = sep "|---:"
+	for (i = 2; i <= nm; i++) { hdr = hdr " | syscalls/req " m[i]; sep = sep "|---:" }
+	print hdr " |"; print sep "|"
+	split("c1 c50 c50P16 c50k0", cf, " ")
+	split("-c 1|-c 50|-c 50 -P 16|-c 50 -k 0", label, "|")
+	for (c = 1; c <= 4; c++) for (t = 1; t <= 2; t++) {
+		op = (t == 1) ? "SET" : "GET"; k = op " " cf[c]
+		line = "| redis " op " " label[c] " | " rps["kernel", k]
+		for (i = 2; i <= nm; i++)
+			line = line " | " rps[m[i], k] mark[m[i], k] " | " ratio(rps[m[i], k], rps["kernel", k])
+		for (i = 1; i <= nm; i++) {
+			s = sys[m[i], cf[c]]; line = line " | " (s == "" ? "-" : s)
+		}
+		print line " |"
+	}
+	if (memc_name != "") {
+		line = "| memcached (" memc_name ") | " rps["kernel", "memc"]
+		for (i = 2; i <= nm; i++)
+			line = line " | " rps[m[i], "memc"] mark[m[i], "memc"] " | " ratio(rps[m[i], "memc"], rps["kernel", "memc"])
+		for (i = 1; i <= nm; i++) { s = sys[m[i], "memc"]; line = line " | " (s == "" ? "-" : s) }
+		print line " |"
+	}
+	print ""
+	line = "p50 latency at -c 1 (ms): kernel SET " p50["kernel", "SET c1"] " GET " p50["kernel", "GET c1"]
+	for (i = 2; i <= nm; i++)
+		line = line "; " m[i] " SET " p50[m[i], "SET c1"] " GET " p50[m[i], "GET c1"] \
+			" (" ratio(p50[m[i], "GET c1"], p50["kernel", "GET c1"]) " of kernel)"
+	print line
+	print "syscalls/req: the server'"'"'s system calls (strace -c -f, all threads) per request answered."
+}' "$results"

@@ -527,6 +527,33 @@ Test(softib, a_sender_that_dies_holding_a_ring_lock_does_not_wedge_the_ring)
 	cr_assert_str_eq((char *)B.mem + 40, "after");
 }
 
+Test(softib, create_qp_checks_type_caps_and_cqs)
+{
+	struct ibv_qp_init_attr qa = {.send_cq = A.scq, .recv_cq = A.rcq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 8, .max_recv_wr = 8}};
+	errno = 0;
+	cr_assert_null(V->create_qp(A.pd, &qa));
+	cr_assert_eq(errno, EOPNOTSUPP, "UD only");
+	qa.qp_type = IBV_QPT_UD;
+	qa.cap.max_send_wr = 1u << 20;
+	errno = 0;
+	cr_assert_null(V->create_qp(A.pd, &qa));
+	cr_assert_eq(errno, EINVAL, "over max_qp_wr");
+	qa.cap.max_send_wr = 8;
+	qa.cap.max_send_sge = 64;
+	cr_assert_null(V->create_qp(A.pd, &qa), "over max_sge");
+	qa.cap.max_send_sge = 1;
+	qa.recv_cq = B.rcq;
+	cr_assert_null(V->create_qp(A.pd, &qa), "a CQ of another context");
+	qa.recv_cq = A.rcq;
+	struct ibv_qp *qp = V->create_qp(A.pd, &qa);
+	cr_assert_not_null(qp);
+	cr_assert_eq(qp->state, IBV_QPS_RESET);
+	cr_assert_neq(qp->qp_num, A.qp->qp_num);
+	cr_assert_geq(qp->qp_num, 2, "QPN 0 and 1 are special");
+	cr_assert_eq(V->destroy_qp(qp), 0);
+}
+
 Test(softib, fabric_directory_is_private)
 {
 	char dir[64];

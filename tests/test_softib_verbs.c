@@ -505,6 +505,46 @@ Test(softib, queues_of_a_crashed_process_are_reclaimed)
 	close(pfd[1]);
 }
 
+Test(softib, queues_of_a_process_that_execs_are_reclaimed)
+{
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct end C = {0};
+		open_ctx(&C);
+		C.qp = make_qp(&C, 0);
+		uint32_t qpn = C.qp ? C.qp->qp_num : 0;
+		if (write(pfd[1], &qpn, sizeof(qpn)) != sizeof(qpn))
+			_exit(1);
+		/* A new program in the same process knows nothing of that QP. */
+		execl("/bin/sleep", "sleep", "30", (char *)NULL);
+		_exit(1);
+	}
+	uint32_t qpn = 0;
+	cr_assert_eq(read(pfd[0], &qpn, sizeof(qpn)), (ssize_t)sizeof(qpn));
+	cr_assert_neq(qpn, 0);
+	char path[64], comm[32] = "";
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	for (int tries = 0; tries < 5000 && strncmp(comm, "sleep", 5); tries++) {
+		FILE *f = fopen(path, "r");
+		if (f) {
+			if (!fgets(comm, sizeof(comm), f))
+				comm[0] = '\0';
+			fclose(f);
+		}
+		usleep(1000);
+	}
+	cr_assert_str_eq(comm, "sleep\n", "the child exec'd");
+	cr_assert_eq(softib_reclaim(A.ctx), 1, "same pid, but its QP is gone with the old image");
+	cr_assert_not(softib_qpn_live(A.ctx, qpn));
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(pfd[0]);
+	close(pfd[1]);
+}
+
 Test(softib, a_sender_that_dies_holding_a_ring_lock_does_not_wedge_the_ring)
 {
 	bring_up(A.qp);

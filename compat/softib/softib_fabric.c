@@ -1,4 +1,5 @@
 /* softib's shared memory: the fabric directory, QP rings, delivery, reclaim. */
+#define _GNU_SOURCE /* F_OFD_SETLK */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -219,6 +220,20 @@ bool sib_fabric_qp_live(struct sib_fabric *fab, uint32_t qpn)
 	       __atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == qpn;
 }
 
+/* Whether the ring's owner still holds its lease (see sib_fabric_qp_create). */
+static bool sib_ring_leased(const struct sib_fabric *fab, uint32_t qpn)
+{
+	char path[256];
+	sib_qp_path(fab, qpn, path, sizeof(path));
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return false;
+	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+	bool held = fcntl(fd, F_OFD_GETLK, &lk) != 0 || lk.l_type != F_UNLCK;
+	close(fd);
+	return held;
+}
+
 /* Marks a QP's ring dead so senders drop their mappings; unlinks it. */
 static void sib_ring_retire(struct sib_fabric *fab, uint32_t qpn)
 {
@@ -273,7 +288,8 @@ unsigned sib_fabric_reclaim(struct sib_fabric *fab)
 		struct sib_dir_entry *e = &s->dir[i];
 		/* A QP of another pid namespace (a container sharing /dev/shm) is
 		 * left alone: its pid cannot be checked from here. */
-		if (!e->live || e->pidns != ns || sib_pid_alive(e->pid, e->start_time))
+		if (!e->live || e->pidns != ns ||
+		    (sib_pid_alive(e->pid, e->start_time) && sib_ring_leased(fab, e->qpn)))
 			continue;
 		__atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
 		sib_ring_retire(fab, e->qpn);
@@ -325,7 +341,18 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 		sib_shm_unlock(&s->lock);
 		return rc;
 	}
-	close(fd);
+	/* The owner holds a write lease on its ring for as long as it lives and
+	 * has not exec'd: an open-file-description lock on a close-on-exec fd,
+	 * dropped by the kernel at death and at exec. */
+	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+	if (fcntl(fd, F_OFD_SETLK, &lk)) {
+		rc = errno;
+		munmap(m, len);
+		close(fd);
+		unlink(path);
+		sib_shm_unlock(&s->lock);
+		return rc;
+	}
 	struct sib_qp_shm *q = m;
 	q->qpn = qpn;
 	q->nslots = nslots;
@@ -340,6 +367,7 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	sib_shm_unlock(&s->lock);
 	qp->shm = q;
 	qp->shm_len = len;
+	qp->ring_fd = fd;
 	snprintf(qp->shm_path, sizeof(qp->shm_path), "%s", path);
 	qp->qp.qp_num = qpn;
 	return 0;
@@ -359,7 +387,9 @@ void sib_fabric_qp_destroy(struct sib_context *c, struct sib_qp *qp)
 	sib_shm_unlock(&s->lock);
 	unlink(qp->shm_path);
 	munmap(qp->shm, qp->shm_len);
+	close(qp->ring_fd);
 	qp->shm = NULL;
+	qp->ring_fd = -1;
 }
 
 /* The mapping of qpn's ring, opened on first use; NULL if it is gone. */

@@ -187,6 +187,7 @@ struct sib_qp {
 	struct sib_qp_shm *shm;
 	size_t shm_len;
 	char shm_path[256];
+	int ring_fd; /* holds the ring's lease: the owner is alive */
 	/* Posted receives, oldest at rq_head. */
 	struct sib_rwqe *rq;
 	uint32_t rq_cap, rq_head, rq_count;

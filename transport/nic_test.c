@@ -48,6 +48,9 @@ struct nic_test {
 	uint32_t *ring_len;
 	unsigned head, count;
 	uint64_t overflows;
+	uint64_t arrivals;     /* packets that reached this nic */
+	uint64_t lose_at[16];  /* arrival numbers the "wire" loses (tests) */
+	unsigned n_lose_at;
 };
 
 /* The route's data: fabric id then address, little endian. */
@@ -104,6 +107,13 @@ void nic_test_fabric_destroy(struct nic_test_fabric *fabric)
 /* Copies one packet into dst's ring; called with the fabric lock held. */
 static void nic_test_deliver(struct nic_test *dst, const struct nic_tx *pkt, uint32_t len)
 {
+	dst->arrivals++;
+	for (unsigned i = 0; i < dst->n_lose_at; i++) {
+		if (dst->lose_at[i] == dst->arrivals) {
+			dst->lose_at[i] = dst->lose_at[--dst->n_lose_at];
+			return;
+		}
+	}
 	if (len > dst->base.max_pkt_size) {
 		if (dst->base.stats)
 			stats_drop(dst->base.stats, size);
@@ -369,6 +379,19 @@ struct nic *nic_test_open(struct nic_test_fabric *fabric, uint32_t max_pkt_size,
 		return NULL;
 	}
 	return &t->base;
+}
+
+int nic_test_lose_arrival(struct nic *nic, uint64_t nth)
+{
+	struct nic_test *t = nic_test_of(nic);
+	pthread_mutex_lock(&t->fabric->lock);
+	int rc = -ENOSPC;
+	if (nth > 0 && t->n_lose_at < sizeof(t->lose_at) / sizeof(t->lose_at[0])) {
+		t->lose_at[t->n_lose_at++] = t->arrivals + nth;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&t->fabric->lock);
+	return rc;
 }
 
 uint64_t nic_test_overflows(const struct nic *nic)

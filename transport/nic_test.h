@@ -28,6 +28,10 @@ void nic_test_fabric_destroy(struct nic_test_fabric *fabric);
 struct nic *nic_test_open(struct nic_test_fabric *fabric, uint32_t max_pkt_size,
 			  unsigned queue_len, struct ferry_stats *stats);
 
+/* Loses the nth packet to arrive at nic from now on (1 = the next one), as
+ * a wire would: silently. Up to 16 pending; -ENOSPC beyond. */
+int nic_test_lose_arrival(struct nic *nic, uint64_t nth);
+
 /* Packets dropped because a receive queue was full, for tests. */
 uint64_t nic_test_overflows(const struct nic *nic);
 

@@ -1,0 +1,77 @@
+/* FERRY_* parsing: good values taken, bad ones refused with the variable and what it accepts. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/config.h"
+
+static void refused(const char *name, const char *value, const char *accepts)
+{
+	struct ferry_config cfg;
+	char err[512] = "";
+	cr_assert_eq(setenv(name, value, 1), 0);
+	cr_assert_eq(ferry_config_from_env(&cfg, err, sizeof(err)), -EINVAL, "%s=%s taken", name, value);
+	cr_assert(strstr(err, name), "message does not name %s: %s", name, err);
+	cr_assert(strstr(err, accepts), "message does not say what %s accepts: %s", name, err);
+	unsetenv(name);
+}
+
+Test(config, defaults_without_environment)
+{
+	struct ferry_config cfg;
+	char err[256];
+	cr_assert_eq(ferry_config_from_env(&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert(cfg.enable);
+	cr_assert_eq(cfg.transport, FERRY_TRANSPORT_AUTO);
+	cr_assert_eq(cfg.session_slots, 8);
+	cr_assert_eq(cfg.session_credits, 32);
+	cr_assert(ferry_config_port_allowed(&cfg, 6379));
+}
+
+Test(config, values_are_taken)
+{
+	setenv("FERRY_TRANSPORT", "softib", 1);
+	setenv("FERRY_PORTS", "6379,11000-11999", 1);
+	setenv("FERRY_ENABLE", "off", 1);
+	setenv("FERRY_FAULT", "drop=0.25,dup=0.5,seed=9", 1);
+	setenv("FERRY_CREDITS", "64", 1);
+	setenv("FERRY_TEST_ANYTHING", "ignored", 1);
+	struct ferry_config cfg;
+	char err[256] = "";
+	cr_assert_eq(ferry_config_from_env(&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(cfg.transport, FERRY_TRANSPORT_SOFTIB);
+	cr_assert_not(cfg.enable);
+	cr_assert(ferry_config_port_allowed(&cfg, 6379));
+	cr_assert(ferry_config_port_allowed(&cfg, 11500));
+	cr_assert_not(ferry_config_port_allowed(&cfg, 6380));
+	cr_assert_not(ferry_config_port_allowed(&cfg, 12000));
+	cr_assert_float_eq(cfg.fault.drop, 0.25, 1e-12);
+	cr_assert_float_eq(cfg.fault.dup, 0.5, 1e-12);
+	cr_assert_eq(cfg.fault.seed, 9);
+	cr_assert_eq(cfg.session_credits, 64);
+}
+
+Test(config, bad_values_are_refused_with_what_is_accepted)
+{
+	refused("FERRY_TRANSPORT", "rdma", "auto|udp|ib|softib");
+	refused("FERRY_ENABLE", "maybe", "1|0|on|off");
+	refused("FERRY_SLOTS", "3", "power of two");
+	refused("FERRY_SLOTS", "128", "power of two");
+	refused("FERRY_CREDITS", "0", "1 to 1024");
+	refused("FERRY_PORTS", "70000", "comma list");
+	refused("FERRY_PORTS", "10-5", "comma list");
+	refused("FERRY_SPIN_US", "-1", "microseconds");
+	refused("FERRY_SPIN_US", "12abc", "microseconds");
+	refused("FERRY_LOG", "verbose", "error|warn|info|debug");
+	refused("FERRY_FAULT", "drop=2", "probabilities in [0,1]");
+	refused("FERRY_FAULT", "loss=0.1", "drop=P");
+	refused("FERRY_MTU", "100", "bytes from 256");
+	refused("FERRY_CC", "sometimes", "auto|on|off");
+	refused("FERRY_SOFTIB_FABRIC", "a/b", "without '/'");
+}
+
+Test(config, unknown_variable_is_refused)
+{
+	refused("FERRY_TRANSPRT", "udp", "not a ferry variable");
+}

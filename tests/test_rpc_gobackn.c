@@ -1,0 +1,147 @@
+/*
+ * Go-back-N on chosen losses (test nic, deterministic): a lost request
+ * packet is recovered through the responder's NACK, a lost credit return
+ * or response packet through the requester's gap detection, both without
+ * waiting for the retransmission timeout; a lost last packet, which leaves
+ * no gap to see, waits for the timeout.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "tests/rpc_pair.h"
+#include "transport/nic_test.h"
+
+#define REQ_ECHO 1
+/* Loop turns that take milliseconds: far less than the 10 s timeout. */
+#define TURNS 20000
+
+static unsigned executed, completed;
+static int status_seen;
+
+static void echo(struct rpc *rpc, struct rpc_req *req, void *ctx)
+{
+	(void)ctx;
+	const struct msgbuf *in = rpc_req_msg(req);
+	struct msgbuf *out = rpc_resp_msg(rpc, req, in->data_size);
+	memcpy(out->buf, in->buf, in->data_size);
+	executed++;
+	rpc_respond(rpc, req);
+}
+
+static void done(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
+{
+	struct msgbuf *req = tag;
+	status_seen = status;
+	if (status == 0)
+		cr_assert_eq(memcmp(resp->buf, req->buf, req->data_size), 0);
+	rpc_free_msg(rpc, req);
+	completed++;
+}
+
+static struct rpc_pair pair;
+
+static void start(void)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	cfg.rto_us = 10000000;
+	char why[256];
+	cr_assert_eq(rpc_pair_open(&pair, "test", &cfg, why, sizeof(why)), 0, "%s", why);
+	rpc_lock(pair.a);
+	rpc_lock(pair.b);
+	cr_assert_eq(rpc_register_handler(pair.b, REQ_ECHO, echo, NULL), 0);
+	executed = completed = 0;
+}
+
+static void stop(void)
+{
+	rpc_unlock(pair.a);
+	rpc_unlock(pair.b);
+	rpc_pair_close(&pair);
+}
+
+static void send_packets(uint32_t npkts)
+{
+	uint32_t size = npkts * rpc_max_pkt_data(pair.a);
+	struct msgbuf *m = rpc_alloc_msg(pair.a, size);
+	for (uint32_t i = 0; i < size; i++)
+		m->buf[i] = (uint8_t)(i * 13);
+	cr_assert_eq(rpc_enqueue_request(pair.a, pair.sa, REQ_ECHO, m, done, m), 0);
+}
+
+static void turns(unsigned n)
+{
+	for (unsigned i = 0; i < n && completed == 0; i++) {
+		rpc_run_once(pair.a);
+		rpc_run_once(pair.b);
+	}
+}
+
+TestSuite(gobackn, .init = start, .fini = stop, .timeout = 60);
+
+Test(gobackn, lost_request_packet_recovered_by_nack)
+{
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.b), 4), 0); /* request packet 3 */
+	send_packets(10);
+	turns(TURNS);
+	cr_assert_eq(completed, 1, "recovery waited for the timeout");
+	cr_assert_eq(status_seen, 0);
+	cr_assert_eq(executed, 1);
+	cr_assert_gt(pair.st_a.retransmits, 0);
+}
+
+Test(gobackn, lost_credit_return_recovered_by_gap)
+{
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.a), 2), 0); /* credit return 1 */
+	send_packets(10);
+	turns(TURNS);
+	cr_assert_eq(completed, 1, "recovery waited for the timeout");
+	cr_assert_eq(executed, 1);
+	cr_assert_gt(pair.st_a.retransmits, 0);
+}
+
+Test(gobackn, lost_response_packet_recovered_by_gap)
+{
+	/* 3 credit returns, then response packets 0, 1, 2...: lose response 1. */
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.a), 5), 0);
+	send_packets(4);
+	turns(TURNS);
+	cr_assert_eq(completed, 1, "recovery waited for the timeout");
+	cr_assert_eq(executed, 1, "an RFR must not run the request again");
+	cr_assert_gt(pair.st_a.retransmits, 0);
+}
+
+Test(gobackn, lost_last_packet_needs_the_timeout)
+{
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.b), 10), 0); /* the last of 10 */
+	send_packets(10);
+	turns(TURNS);
+	cr_assert_eq(completed, 0, "nothing reveals a lost last packet but the timeout");
+	cr_assert_eq(executed, 0);
+	pair.cfg_a.rto_us = 1000;
+	for (unsigned i = 0; i < 100000000 && completed == 0; i++) { /* hang guard */
+		rpc_run_once(pair.a);
+		rpc_run_once(pair.b);
+	}
+	cr_assert_eq(completed, 1);
+	cr_assert_eq(executed, 1);
+}
+
+Test(gobackn, duplicate_last_packet_answered_from_saved_response)
+{
+	/* The response to a 1-packet request is lost: the timeout resends the
+	 * request, which must be answered again without running twice. */
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.a), 1), 0);
+	send_packets(1);
+	turns(TURNS);
+	cr_assert_eq(completed, 0);
+	cr_assert_eq(executed, 1);
+	pair.cfg_a.rto_us = 1000;
+	for (unsigned i = 0; i < 100000000 && completed == 0; i++) {
+		rpc_run_once(pair.a);
+		rpc_run_once(pair.b);
+	}
+	cr_assert_eq(completed, 1);
+	cr_assert_eq(executed, 1, "at most once");
+	cr_assert_geq(pair.st_b.retransmits, 1, "the saved response was sent again");
+}

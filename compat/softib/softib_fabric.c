@@ -463,46 +463,73 @@ static void sib_wake(struct sib_context *c, struct sib_qp_shm *q)
 		     sizeof(a));
 }
 
-void sib_fabric_deliver(struct sib_context *c, struct sib_qp *src, uint32_t dst_qpn,
-			uint32_t qkey, const uint8_t *sgid, const uint8_t *dgid,
-			const struct ibv_sge *sge, int num_sge, uint32_t len)
+void sib_wire_release(struct sib_context *c, struct sib_wire *w)
 {
-	uint32_t src_qpn = src->qp.qp_num;
-	/* Like a wire: a packet nobody can take is lost without a trace here. */
-	if (!sib_fabric_qp_live(&c->fab, dst_qpn))
+	struct sib_qp_shm *q = w->q;
+	if (!q)
 		return;
+	w->q = NULL;
+	sib_shm_unlock(&q->lock);
+	/* Pairs with the fence in sib_req_notify_cq: either we see the arm or
+	 * the receiver's poll after arming sees the packets. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&q->armed, __ATOMIC_RELAXED) &&
+	    __atomic_exchange_n(&q->armed, 0, __ATOMIC_ACQ_REL))
+		sib_wake(c, q);
+}
+
+/* Locks dst_qpn's ring for w, keeping the lock held from an earlier packet
+ * to the same QP; NULL when the QP is gone. */
+static struct sib_qp_shm *sib_wire_hold(struct sib_context *c, struct sib_qp *src,
+					struct sib_wire *w, uint32_t dst_qpn)
+{
+	if (w->q && w->qpn == dst_qpn)
+		return w->q;
+	sib_wire_release(c, w);
 	struct sib_qp_shm *q = src->last_ring;
 	if (!q || src->last_qpn != dst_qpn || __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_lock(&c->lock);
 		q = sib_peer_ring(c, dst_qpn);
 		pthread_mutex_unlock(&c->lock);
 		if (!q)
-			return;
+			return NULL;
 		src->last_ring = q;
 		src->last_qpn = dst_qpn;
 	}
 	sib_shm_lock(&q->lock);
+	w->q = q;
+	w->qpn = dst_qpn;
+	return q;
+}
+
+void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
+		  uint32_t dst_qpn, uint32_t qkey, const uint8_t *sgid, const uint8_t *dgid,
+		  const struct ibv_sge *sge, int num_sge, uint32_t len)
+{
+	/* Like a wire: a packet nobody can take is lost without a trace here. */
+	if (!sib_fabric_qp_live(&c->fab, dst_qpn))
+		return;
+	struct sib_qp_shm *q = sib_wire_hold(c, src, w, dst_qpn);
+	if (!q)
+		return;
 	if (!__atomic_load_n(&q->rx_ready, __ATOMIC_ACQUIRE)) {
 		q->drop_state++;
-		sib_shm_unlock(&q->lock);
 		return;
 	}
 	if (q->qkey != qkey) {
 		q->drop_qkey++;
-		sib_shm_unlock(&q->lock);
 		return;
 	}
 	uint64_t tail = q->tail, head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
 	if (__atomic_load_n(&q->credits, __ATOMIC_ACQUIRE) == 0 || tail - head >= q->nslots) {
 		q->drop_no_recv++;
-		sib_shm_unlock(&q->lock);
 		return;
 	}
 	struct sib_slot *slot = (struct sib_slot *)(void *)((uint8_t *)q + SIB_RING_OFFSET +
 							    (size_t)(tail & (q->nslots - 1)) *
 								    SIB_SLOT_SIZE);
 	slot->len = len;
-	slot->src_qpn = src_qpn;
+	slot->src_qpn = src->qp.qp_num;
 	memcpy(slot->sgid, sgid, 16);
 	memcpy(slot->dgid, dgid, 16);
 	uint32_t off = 0;
@@ -514,13 +541,6 @@ void sib_fabric_deliver(struct sib_context *c, struct sib_qp *src, uint32_t dst_
 	__atomic_fetch_sub(&q->credits, 1, __ATOMIC_RELAXED);
 	q->rx_pkts++;
 	__atomic_store_n(&q->tail, tail + 1, __ATOMIC_RELEASE);
-	sib_shm_unlock(&q->lock);
-	/* Pairs with the fence in sib_req_notify_cq: either we see the arm or
-	 * the receiver's poll after arming sees the packet. */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&q->armed, __ATOMIC_RELAXED) &&
-	    __atomic_exchange_n(&q->armed, 0, __ATOMIC_ACQ_REL))
-		sib_wake(c, q);
 }
 
 int sib_fabric_remove(const char *name)

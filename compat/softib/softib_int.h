@@ -219,10 +219,18 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 void sib_fabric_qp_destroy(struct sib_context *c, struct sib_qp *qp);
 unsigned sib_fabric_reclaim(struct sib_fabric *fab);
 bool sib_fabric_qp_live(struct sib_fabric *fab, uint32_t qpn);
-/* Copies a packet gathered from sge[] into qpn's ring, or drops it. */
-void sib_fabric_deliver(struct sib_context *c, struct sib_qp *src, uint32_t dst_qpn,
-			uint32_t qkey, const uint8_t *sgid, const uint8_t *dgid,
-			const struct ibv_sge *sge, int num_sge, uint32_t len);
+/* A sender's hold on one destination ring across a post list: packets to
+ * the same QP in a row take its lock and check for a wake-up once. */
+struct sib_wire {
+	struct sib_qp_shm *q; /* locked, or NULL */
+	uint32_t qpn;
+};
+/* Copies a packet gathered from sge[] into dst_qpn's ring, or drops it. */
+void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
+		  uint32_t dst_qpn, uint32_t qkey, const uint8_t *sgid, const uint8_t *dgid,
+		  const struct ibv_sge *sge, int num_sge, uint32_t len);
+/* Unlocks the ring held and wakes its receiver if it is armed. */
+void sib_wire_release(struct sib_context *c, struct sib_wire *w);
 void sib_peer_maps_free(struct sib_context *c);
 
 /* softib_device.c */

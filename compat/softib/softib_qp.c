@@ -255,6 +255,7 @@ int sib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 {
 	struct sib_qp *qp = (struct sib_qp *)ibqp;
 	struct sib_context *c = sib_ctx(ibqp->context);
+	struct sib_wire wire = {0};
 	for (; wr; wr = wr->next) {
 		int rc = 0;
 		uint32_t len = 0;
@@ -272,6 +273,7 @@ int sib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 		if (!rc && (wr->send_flags & IBV_SEND_INLINE) && len > qp->cap.max_inline_data)
 			rc = EINVAL;
 		if (rc) {
+			sib_wire_release(c, &wire);
 			*bad = wr;
 			return rc;
 		}
@@ -301,11 +303,12 @@ int sib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 		uint32_t qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->qkey
 								      : wr->wr.ud.remote_qkey;
 		const uint8_t *sgid = c->fab.shm->gid[ah->attr.grh.sgid_index];
-		sib_fabric_deliver(c, qp, wr->wr.ud.remote_qpn & 0xffffffu, qkey, sgid,
-				   ah->attr.grh.dgid.raw, wr->sg_list, wr->num_sge, len);
+		sib_wire_put(c, qp, &wire, wr->wr.ud.remote_qpn & 0xffffffu, qkey, sgid,
+			     ah->attr.grh.dgid.raw, wr->sg_list, wr->num_sge, len);
 		if (wr->send_flags & IBV_SEND_SIGNALED)
 			sib_send_complete(qp, wr->wr_id, IBV_WC_SUCCESS);
 	}
+	sib_wire_release(c, &wire);
 	return 0;
 }
 

@@ -505,6 +505,42 @@ Test(softib, queues_of_a_crashed_process_are_reclaimed)
 	close(pfd[1]);
 }
 
+Test(softib, rings_of_dead_processes_on_other_fabrics_are_swept)
+{
+	char other[128];
+	softib_test_fabric(other, sizeof(other), "other");
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		strcpy(fabric, other); /* open_ctx uses the fabric named here */
+		struct end C = {0};
+		open_ctx(&C);
+		C.qp = make_qp(&C, 0);
+		uint32_t qpn = C.qp ? C.qp->qp_num : 0;
+		if (write(pfd[1], &qpn, sizeof(qpn)) != sizeof(qpn))
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	uint32_t qpn = 0;
+	cr_assert_eq(read(pfd[0], &qpn, sizeof(qpn)), (ssize_t)sizeof(qpn));
+	char dir[64], path[512];
+	softib_fabric_dir(dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/%s.qp.%06x", dir, other, qpn);
+	struct stat st;
+	softib_reclaim(A.ctx);
+	cr_assert_eq(stat(path, &st), 0, "a live owner's ring stays");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	softib_reclaim(A.ctx); /* on our fabric; sweeps every fabric's rings */
+	cr_assert_neq(stat(path, &st), 0, "the dead owner's ring is gone");
+	cr_assert_eq(softib_fabric_remove(other), 0, "its directory slot is reclaimed too");
+	close(pfd[0]);
+	close(pfd[1]);
+}
+
 Test(softib, queues_of_a_process_that_execs_are_reclaimed)
 {
 	int pfd[2];

@@ -220,34 +220,53 @@ bool sib_fabric_qp_live(struct sib_fabric *fab, uint32_t qpn)
 	       __atomic_load_n(&e->qpn, __ATOMIC_RELAXED) == qpn;
 }
 
-/* Whether the ring's owner still holds its lease (see sib_fabric_qp_create). */
-static bool sib_ring_leased(const struct sib_fabric *fab, uint32_t qpn)
+/* Whether fd's ring is held by its owner's lease: 1 held, 0 not held, -1 a
+ * ring that does not say it has one (made by an earlier softib). */
+static int sib_ring_fd_leased(int fd)
+{
+	struct sib_qp_shm hdr;
+	if (pread(fd, &hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) || hdr.magic != SIB_MAGIC_QP ||
+	    !hdr.leased)
+		return -1;
+	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+	if (fcntl(fd, F_OFD_GETLK, &lk))
+		return -1;
+	return lk.l_type != F_UNLCK;
+}
+
+/* Whether qpn's owner still holds the lease on its ring (see above). */
+static int sib_ring_leased(const struct sib_fabric *fab, uint32_t qpn)
 {
 	char path[256];
 	sib_qp_path(fab, qpn, path, sizeof(path));
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
-		return false;
-	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-	bool held = fcntl(fd, F_OFD_GETLK, &lk) != 0 || lk.l_type != F_UNLCK;
+		return 0;
+	int held = sib_ring_fd_leased(fd);
 	close(fd);
 	return held;
 }
 
-/* Marks a QP's ring dead so senders drop their mappings; unlinks it. */
+/* Tells senders that still map the ring behind fd to drop it. */
+static void sib_ring_mark_dead(int fd)
+{
+	void *m = mmap(NULL, SIB_RING_OFFSET, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return;
+	struct sib_qp_shm *q = m;
+	__atomic_store_n(&q->rx_ready, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&q->dead, 1, __ATOMIC_RELEASE);
+	munmap(m, SIB_RING_OFFSET);
+}
+
+/* Marks a QP's ring dead and unlinks it. */
 static void sib_ring_retire(struct sib_fabric *fab, uint32_t qpn)
 {
 	char path[256];
 	sib_qp_path(fab, qpn, path, sizeof(path));
 	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd >= 0) {
-		void *m = mmap(NULL, SIB_RING_OFFSET, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (m != MAP_FAILED) {
-			struct sib_qp_shm *q = m;
-			__atomic_store_n(&q->rx_ready, 0, __ATOMIC_RELEASE);
-			__atomic_store_n(&q->dead, 1, __ATOMIC_RELEASE);
-			munmap(m, SIB_RING_OFFSET);
-		}
+		sib_ring_mark_dead(fd);
 		close(fd);
 	}
 	unlink(path);
@@ -278,6 +297,41 @@ static unsigned sib_reclaim_sockets(struct sib_fabric *fab)
 	return n;
 }
 
+/*
+ * Rings of every fabric in the directory whose lease nobody holds belong to
+ * dead (or exec'd) processes: they go, even on fabrics nobody opens again
+ * (tests that make one fabric per process would otherwise fill /dev/shm).
+ * Their directory slots are freed by the next reclaim of their fabric.
+ */
+static void sib_sweep_rings(const struct sib_fabric *fab)
+{
+	DIR *d = opendir(fab->dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char path[sizeof(fab->dir) + sizeof(de->d_name) + 2];
+		int pid;
+		snprintf(path, sizeof(path), "%s/%s", fab->dir, de->d_name);
+		if (sscanf(de->d_name, ".new.%d.", &pid) == 1) {
+			if (kill(pid, 0) && errno == ESRCH)
+				unlink(path); /* a creation cut short */
+			continue;
+		}
+		if (de->d_name[0] == '.' || !strstr(de->d_name, ".qp."))
+			continue;
+		int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue;
+		if (sib_ring_fd_leased(fd) == 0) {
+			sib_ring_mark_dead(fd);
+			unlink(path);
+		}
+		close(fd);
+	}
+	closedir(d);
+}
+
 unsigned sib_fabric_reclaim(struct sib_fabric *fab)
 {
 	unsigned n = 0;
@@ -289,7 +343,7 @@ unsigned sib_fabric_reclaim(struct sib_fabric *fab)
 		/* A QP of another pid namespace (a container sharing /dev/shm) is
 		 * left alone: its pid cannot be checked from here. */
 		if (!e->live || e->pidns != ns ||
-		    (sib_pid_alive(e->pid, e->start_time) && sib_ring_leased(fab, e->qpn)))
+		    (sib_pid_alive(e->pid, e->start_time) && sib_ring_leased(fab, e->qpn) != 0))
 			continue;
 		__atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
 		sib_ring_retire(fab, e->qpn);
@@ -297,6 +351,7 @@ unsigned sib_fabric_reclaim(struct sib_fabric *fab)
 	}
 	sib_shm_unlock(&s->lock);
 	sib_reclaim_sockets(fab);
+	sib_sweep_rings(fab);
 	return n;
 }
 
@@ -324,40 +379,43 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	uint32_t qpn = (gen << SIB_QPN_SLOT_BITS) | slot;
 	if (qpn < 2) /* QPN 0 and 1 are the special SMI and GSI QPs */
 		qpn |= 1u << SIB_QPN_SLOT_BITS;
-	char path[256];
+	char path[256], tmp[256];
 	sib_qp_path(fab, qpn, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s/.new.%d.%06x", fab->dir, (int)getpid(), qpn);
 	size_t len = SIB_RING_OFFSET + (size_t)nslots * SIB_SLOT_SIZE;
-	unlink(path);
-	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	unlink(tmp);
+	/* Built aside and renamed into place with its lease already held, so a
+	 * sweep (sib_sweep_rings) never sees an unleased ring of a live QP. The
+	 * lease is an open-file-description write lock on a close-on-exec fd:
+	 * the kernel drops it when the owner dies or execs. */
+	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	int rc = 0;
 	void *m = MAP_FAILED;
-	if (fd < 0 || ftruncate(fd, (off_t)len) ||
+	if (fd < 0 || fcntl(fd, F_OFD_SETLK, &lk) || ftruncate(fd, (off_t)len) ||
 	    (m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
 		rc = errno ? errno : EIO;
 		if (fd >= 0) {
 			close(fd);
-			unlink(path);
+			unlink(tmp);
 		}
-		sib_shm_unlock(&s->lock);
-		return rc;
-	}
-	/* The owner holds a write lease on its ring for as long as it lives and
-	 * has not exec'd: an open-file-description lock on a close-on-exec fd,
-	 * dropped by the kernel at death and at exec. */
-	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-	if (fcntl(fd, F_OFD_SETLK, &lk)) {
-		rc = errno;
-		munmap(m, len);
-		close(fd);
-		unlink(path);
 		sib_shm_unlock(&s->lock);
 		return rc;
 	}
 	struct sib_qp_shm *q = m;
 	q->qpn = qpn;
 	q->nslots = nslots;
+	q->leased = 1;
 	sib_shm_lock_init(&q->lock);
 	__atomic_store_n(&q->magic, SIB_MAGIC_QP, __ATOMIC_RELEASE);
+	if (rename(tmp, path)) {
+		rc = errno;
+		munmap(m, len);
+		close(fd);
+		unlink(tmp);
+		sib_shm_unlock(&s->lock);
+		return rc;
+	}
 	struct sib_dir_entry *e = &s->dir[slot];
 	e->qpn = qpn;
 	e->pid = getpid();

@@ -83,7 +83,7 @@ struct sib_qp_shm {
 	uint32_t qkey;
 	uint32_t rx_ready; /* state is RTR, RTS, SQD or SQE */
 	uint32_t dead;     /* destroyed or reclaimed: drop cached mappings */
-	uint32_t pad0;
+	uint32_t leased;   /* the owner holds a lease on this file (see softib_fabric.c) */
 	uint64_t tail __attribute__((aligned(64))); /* senders, under lock */
 	uint64_t head __attribute__((aligned(64))); /* the receiver */
 	uint32_t credits __attribute__((aligned(64))); /* receives posted, not yet claimed */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "transport/clock.h"
+#include "compat/softib/softib.h"
 #include "transport/nic_test.h"
 
 const char *const rpc_pair_transports[] = {"test", "udp", "softib"};
@@ -86,8 +87,11 @@ int rpc_pair_open(struct rpc_pair *p, const char *transport, const struct ferry_
 
 void rpc_pair_close(struct rpc_pair *p)
 {
+	bool softib = p->a && !strcmp(rpc_nic(p->a)->name, "softib");
 	rpc_destroy(p->a);
 	rpc_destroy(p->b);
+	if (softib)
+		softib_fabric_remove(p->cfg_a.softib_fabric); /* per-test fabrics must not pile up */
 	if (p->fabric)
 		nic_test_fabric_destroy(p->fabric);
 	memset(p, 0, sizeof(*p));

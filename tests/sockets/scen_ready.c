@@ -471,7 +471,49 @@ static void signals_client(struct peer *p)
 	close(fd);
 }
 
+/* ---- kernel_fd_wakes: a pipe turning readable wakes poll/select/epoll_wait ------ */
+
+static void kwake_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	for (int i = 0; i < 3; i++) {
+		sync_wait(p);
+		sleep_ms(200); /* the client is blocked by now (very likely) */
+		sync_send(p);
+	}
+	sync_wait(p);
+	close(fd);
+}
+
+static void kwake_client(struct peer *p)
+{
+	/* The stream makes this a ferry process; the waits are on a pipe only. */
+	int fd = tcp_connect(p, p->port);
+	char c;
+	struct pollfd pfd = {.fd = p->sync_in, .events = POLLIN};
+	sync_send(p);
+	expect_rc(p, "poll_pipe", poll(&pfd, 1, 10000), 1, 0);
+	expect_rc(p, "poll_pipe_read", read(p->sync_in, &c, 1), 1, 0);
+	sync_send(p);
+	fd_set rd;
+	FD_ZERO(&rd);
+	FD_SET(p->sync_in, &rd);
+	struct timeval tv = {.tv_sec = 10};
+	expect_rc(p, "select_pipe", select(p->sync_in + 1, &rd, NULL, NULL, &tv), 1, 0);
+	expect_rc(p, "select_pipe_read", read(p->sync_in, &c, 1), 1, 0);
+	sync_send(p);
+	int ep = epoll_create1(0);
+	ep_add(ep, p->sync_in, EPOLLIN, 1);
+	struct epoll_event ev;
+	expect_rc(p, "epoll_pipe", ep_wait(ep, &ev, 1, 10000), 1, 0);
+	expect_rc(p, "epoll_pipe_read", read(p->sync_in, &c, 1), 1, 0);
+	sync_send(p);
+	close(ep);
+	close(fd);
+}
+
 const struct scenario scen_ready[] = {
+	{"kernel_fd_wakes", kwake_server, kwake_client, false},
 	{"epoll_level", feeder_server, level_client, false},
 	{"epoll_edge", feeder_server, edge_client, false},
 	{"epoll_oneshot", feeder_server, oneshot_client, false},

@@ -538,7 +538,58 @@ static void wake_client(struct peer *p)
 	close(fd);
 }
 
+/* ---- close_after_send: close right after a send still delivers it all, then EOF -- */
+
+static void closesend_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	enum { LEN = 256 * 1024 };
+	unsigned char *buf = xmalloc(p, LEN);
+	pattern_fill(buf, LEN, 0);
+	expect_int(p, "sent", (long)write_all(p, fd, buf, LEN), LEN);
+	expect_rc(p, "close", close(fd), 0, 0);
+	free(buf);
+}
+
+static void closesend_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	enum { LEN = 256 * 1024 };
+	unsigned char *buf = xmalloc(p, LEN);
+	sleep_ms(100); /* the server has closed by now (very likely) */
+	expect_int(p, "received", (long)read_full(fd, buf, LEN), LEN);
+	expect_true(p, "pattern", pattern_check(buf, LEN, 0));
+	expect_rc(p, "eof", read(fd, buf, 1), 0, 0);
+	free(buf);
+	close(fd);
+}
+
+/* ---- arrives_while_idle: data that came while the app slept is there for MSG_DONTWAIT */
+
+static void idle_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	expect_rc(p, "send", send(fd, "hello", 5, 0), 5, 0);
+	sync_wait(p);
+	close(fd);
+}
+
+static void idle_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	char buf[8];
+	/* No ferry call for a while: only a background thread can take the data in. */
+	sleep_ms(1000);
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	expect_rc(p, "poll_now", poll(&pfd, 1, 0), 1, 0);
+	expect_rc(p, "recv_dontwait", recv(fd, buf, sizeof(buf), MSG_DONTWAIT), 5, 0);
+	sync_send(p);
+	close(fd);
+}
+
 const struct scenario scen_stream[] = {
+	{"arrives_while_idle", idle_server, idle_client, false},
+	{"close_after_send", closesend_server, closesend_client, false},
 	{"blocking_echo", echo_server, echo_client, false},
 	{"nonblocking_connect", nbconn_server, nbconn_client, false},
 	{"connect_refused", refused_server, refused_client, false},

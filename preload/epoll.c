@@ -580,6 +580,7 @@ static int ms_until(uint64_t deadline)
 static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint64_t deadline,
 		   const sigset_t *sigmask)
 {
+	wait_flush();
 	int n = ep_harvest(ep, events, max);
 	if (n > 0) {
 		/* No system call when ferry has events, except now and then so

@@ -45,11 +45,26 @@ void ferry_unlock(void)
 	/* Whatever the call queued goes on the wire before the lock is let go:
 	 * nobody else may run the loop soon (the progress thread sleeps while
 	 * the process looks idle). */
-	if (ferry_lock_depth == 1 && stream_take_tx_pending())
+	if (ferry_lock_depth == 1 && stream_take_tx_pending()) {
+		stream_tx_deferred_clear();
 		rpc_run_once(ferry.rpc);
-	if (--ferry_lock_depth == 0)
+	}
+	if (--ferry_lock_depth == 0) {
 		rpc_unlock(ferry.rpc);
+		if (stream_tx_deferred())
+			progress_note_deferred();
+	}
 	ferry_internal_leave();
+}
+
+void ferry_flush(void)
+{
+	if (ferry_state() != FERRY_ON || !stream_tx_deferred())
+		return;
+	ferry_lock();
+	stream_tx_deferred_clear();
+	rpc_run_once(ferry.rpc);
+	ferry_unlock();
 }
 
 void ferry_stats_dump(void)

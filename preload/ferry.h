@@ -58,6 +58,9 @@ void ferry_stats_dump(void);
 void ferry_lock(void);
 void ferry_unlock(void);
 
+/* Sends DATA the application queued since its last wait (one batch). */
+void ferry_flush(void);
+
 /* Marks the fork child's state (fork.c). */
 void ferry_forked_child(void);
 

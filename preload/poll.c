@@ -83,6 +83,7 @@ static void poll_link(struct poll_ctx *c, struct waiter *w, bool on)
 
 static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigmask)
 {
+	wait_flush();
 	int ready = poll_scan(c);
 	if (ready < 0)
 		return ready;

@@ -14,6 +14,7 @@
 #include "preload/epoll.h"
 #include "preload/ferry.h"
 #include "preload/libc.h"
+#include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
 #include "transport/config.h"
@@ -26,6 +27,7 @@ static int pg_dump;          /* atomic: a stats dump was asked for */
 static uint64_t pg_last_run; /* atomic: when an application thread last ran the loop */
 static uint64_t pg_tick_ns;
 static int pg_notify_fd = -1;
+static int pg_long_sleep; /* atomic: the thread sleeps longer than a tick */
 
 static void progress_run(void)
 {
@@ -33,6 +35,7 @@ static void progress_run(void)
 	if (!rpc || !rpc_trylock(rpc))
 		return;
 	ferry_internal_enter();
+	stream_tx_deferred_clear();
 	rpc_run_once(rpc);
 	ferry_internal_leave();
 	rpc_unlock(rpc);
@@ -59,7 +62,17 @@ static int progress_arm(void)
 static const struct wait_progress_ops pg_ops = {
 	.run = progress_run,
 	.arm = progress_arm,
+	.flush = ferry_flush,
 };
+
+void progress_note_deferred(void)
+{
+	if (pg_efd >= 0 && __atomic_exchange_n(&pg_long_sleep, 0, __ATOMIC_ACQ_REL)) {
+		uint64_t one = 1;
+		ssize_t r = libc()->write(pg_efd, &one, sizeof(one));
+		(void)r;
+	}
+}
 
 void progress_request_dump(void)
 {
@@ -98,8 +111,10 @@ static void *progress_main(void *arg)
 		if (rpc_trylock(rpc)) {
 			/* Application threads running the loop keep timers going;
 			 * only step in when they have not for a tick. */
-			if (since >= pg_tick_ns)
+			if (since >= pg_tick_ns || stream_tx_deferred()) {
+				stream_tx_deferred_clear();
 				rpc_run_once(rpc);
+			}
 			busy = rpc_busy(rpc);
 			if (!app_active) {
 				armed = rpc_arm_notify(rpc);
@@ -122,18 +137,23 @@ static void *progress_main(void *arg)
 					 &nev) == 0)
 				watching = want;
 		}
-		/* Busy: tick so retransmission timers run even if no application
-		 * thread does. Application around: look again when it may have
-		 * left. Otherwise sleep until a packet or a request. */
+		/* Busy, or the application around: tick, so retransmission timers
+		 * and deferred writes go out even if the application has gone
+		 * off elsewhere. Otherwise sleep until a packet or a request. */
 		int timeout = -1;
-		if (busy)
+		if (busy || !watching)
 			timeout = (int)(pg_tick_ns / 1000000u);
-		else if (!watching)
-			timeout = (int)(PROGRESS_APP_IDLE_NS / 1000000u);
-		if (busy && timeout == 0)
+		if (timeout == 0)
 			timeout = 1;
+		bool long_sleep = timeout < 0;
+		if (long_sleep) {
+			__atomic_store_n(&pg_long_sleep, 1, __ATOMIC_SEQ_CST);
+			if (stream_tx_deferred())
+				timeout = 0; /* a write slipped in before the flag */
+		}
 		struct epoll_event ev[2];
 		int k = c->epoll_wait(ep, ev, 2, timeout);
+		__atomic_store_n(&pg_long_sleep, 0, __ATOMIC_RELAXED);
 		bool notified = false;
 		for (int i = 0; i < k; i++) {
 			if (ev[i].data.ptr == &pg_efd_tag) {

@@ -15,6 +15,10 @@ struct ferry_config;
 int progress_start(struct rpc *rpc, const struct ferry_config *cfg);
 /* Asks the background thread to write FERRY_STATS (async-signal-safe). */
 void progress_request_dump(void);
+/* Writes were deferred: make sure the thread will send them if the
+ * application does not come back to ferry soon (a write then a sleep in
+ * some other call). Cheap unless the thread is in a long sleep. */
+void progress_note_deferred(void);
 /* Forgets the thread without touching it (fork child: it does not exist). */
 void progress_forget(void);
 

@@ -54,6 +54,7 @@ void sock_sigpipe(int flags)
 int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short kevents)
 {
 	want |= EPOLLERR | EPOLLHUP;
+	wait_flush();
 	uint64_t spin_end = clock_now_ns() + (uint64_t)wait_spin_us() * 1000u;
 	while (clock_now_ns() < spin_end) {
 		if (ffile_mask(f) & want)

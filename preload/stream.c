@@ -76,6 +76,20 @@ static uint32_t *st_free;
 static uint32_t st_nfree;
 static struct listener *listeners;
 static bool st_tx_pending;
+/* DATA waits for the application's next wait (epoll_wait, poll, a blocking
+ * call) so replies to many connections leave in one batch. Atomic: read
+ * without the lock. */
+static bool st_tx_deferred;
+
+bool stream_tx_deferred(void)
+{
+	return __atomic_load_n(&st_tx_deferred, __ATOMIC_ACQUIRE);
+}
+
+void stream_tx_deferred_clear(void)
+{
+	__atomic_store_n(&st_tx_deferred, false, __ATOMIC_RELEASE);
+}
 
 bool stream_take_tx_pending(void)
 {
@@ -348,7 +362,7 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 		}
 		s->refs++;
 		s->inflight++;
-		st_tx_pending = true;
+		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 		tx->len = (uint32_t)chunk;
 		s->tx_seq += chunk;
 		done += chunk;

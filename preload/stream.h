@@ -118,6 +118,10 @@ void stream_forget_all(void);
 /* Whether requests were queued since the last call (the caller then runs
  * the event loop once so they go on the wire). */
 bool stream_take_tx_pending(void);
+/* Whether DATA was queued and not yet flushed (any thread, no lock). */
+bool stream_tx_deferred(void);
+/* Called right before a pass of the event loop that will send it. */
+void stream_tx_deferred_clear(void);
 /* Closes with a reset instead of a FIN (SO_LINGER with a zero timeout). */
 void stream_abort(struct rpc *rpc, struct stream *s);
 

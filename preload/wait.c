@@ -155,6 +155,13 @@ void wait_progress_run(void)
 		ops->run();
 }
 
+void wait_flush(void)
+{
+	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
+	if (ops && ops->flush)
+		ops->flush();
+}
+
 void wait_spin_once(void)
 {
 	wait_progress_run();

@@ -54,9 +54,12 @@ void wait_unlink(struct ffile *f, struct wait_node *n);
 struct wait_progress_ops {
 	void (*run)(void);
 	int (*arm)(void);
+	void (*flush)(void); /* sends what the application queued */
 };
 void wait_set_progress(const struct wait_progress_ops *ops, unsigned spin_us);
 void wait_progress_run(void);
+/* Called as a thread starts to wait: its queued writes go out now. */
+void wait_flush(void);
 /* One turn of a spin: the event loop once, then the CPU to anyone waiting
  * for it. A spinner that kept its CPU would starve a peer process that
  * shares it (a client and server on one core) until the spin ran out. */

@@ -41,3 +41,8 @@ tests_test_preload_rxbuf_LDADD = $(TEST_LDADD)
 # libferry.so exports only the interposed names (nm -D against the map).
 TESTS += tests/test_preload_exports.sh
 EXTRA_DIST += tests/test_preload_exports.sh
+check_PROGRAMS += tests/test_preload_start
+TESTS += tests/test_preload_start
+tests_test_preload_start_SOURCES = tests/test_preload_start.c $(PRELOAD_TEST_SOURCES)
+tests_test_preload_start_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_start_LDADD = $(TEST_LDADD)

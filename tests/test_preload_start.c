@@ -1,0 +1,206 @@
+/* The interposer in a real process: lazy start from FERRY_*, refusal of a
+ * bad value, pass-through when disabled, a stream carried end to end,
+ * fork (the child's copy errs, the parent's stream lives on) and the
+ * counters dumped on demand. Each test is its own process (criterion). */
+#include "autoconfig.h"
+
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <criterion/options.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "preload/fdtable.h"
+#include "preload/ferry.h"
+
+/* One test at a time: criterion's runner leaks a message buffer (seen under
+ * ASan) when a worker with live ferry threads overlaps another worker. */
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+	(void)set;
+	criterion_options.jobs = 1;
+}
+
+static int count_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	cr_assert_not_null(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static void env_udp(void)
+{
+	setenv("FERRY_TRANSPORT", "udp", 1);
+	setenv("FERRY_LOG", "error", 1);
+}
+
+/* A listener on loopback and a connected, accepted pair. */
+static void stream_pair(int *cli, int *srv, int *lis)
+{
+	*lis = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_geq(*lis, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	cr_assert_eq(bind(*lis, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(*lis, 8), 0);
+	socklen_t al = sizeof(a);
+	cr_assert_eq(getsockname(*lis, (struct sockaddr *)&a, &al), 0);
+	*cli = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(*cli, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s",
+		     strerror(errno));
+	*srv = accept(*lis, NULL, NULL);
+	cr_assert_geq(*srv, 0, "accept: %s", strerror(errno));
+}
+
+Test(start, a_bad_value_is_refused_by_name_and_ferry_stays_off, .timeout = 20)
+{
+	setenv("FERRY_SPIN_US", "lots", 1);
+	char path[] = "/tmp/ferry-test-log.XXXXXX";
+	int logfd = mkstemp(path);
+	cr_assert_geq(logfd, 0);
+	int saved = dup(2);
+	dup2(logfd, 2);
+	int threads = count_threads();
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	dup2(saved, 2);
+	cr_assert_geq(fd, 0, "the socket still works, from the kernel");
+	cr_assert_eq(ferry_state(), FERRY_OFF);
+	cr_assert_not(fdtable_maybe(&fdtab, fd), "pass-through: not ferry's");
+	cr_assert_eq(count_threads(), threads, "no threads started");
+	char buf[1024] = "";
+	ssize_t n = pread(logfd, buf, sizeof(buf) - 1, 0);
+	cr_assert_gt(n, 0);
+	cr_assert_not_null(strstr(buf, "FERRY_SPIN_US"), "the message names the variable: %s", buf);
+	close(fd);
+	close(logfd);
+	unlink(path);
+}
+
+Test(start, disabled_means_pass_through, .timeout = 20)
+{
+	setenv("FERRY_ENABLE", "0", 1);
+	int threads = count_threads();
+	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ferry_state(), FERRY_OFF);
+	cr_assert_not(fdtable_maybe(&fdtab, fd));
+	cr_assert_eq(count_threads(), threads);
+	close(fd);
+}
+
+Test(start, ineligible_sockets_do_not_start_ferry, .timeout = 20)
+{
+	env_udp();
+	int u = socket(AF_INET, SOCK_DGRAM, 0);
+	int x = socket(AF_UNIX, SOCK_STREAM, 0);
+	cr_assert_geq(u, 0);
+	cr_assert_geq(x, 0);
+	cr_assert_eq(ferry_state(), FERRY_UNINIT, "only an eligible socket starts ferry");
+	close(u);
+	close(x);
+}
+
+Test(start, a_stream_is_carried_end_to_end, .timeout = 30)
+{
+	env_udp();
+	int cli, srv, lis;
+	stream_pair(&cli, &srv, &lis);
+	cr_assert_eq(ferry_state(), FERRY_ON);
+	cr_assert(fdtable_maybe(&fdtab, cli) && fdtable_maybe(&fdtab, srv));
+	cr_assert_eq(write(cli, "ping", 4), 4);
+	char buf[8];
+	cr_assert_eq(read(srv, buf, sizeof(buf)), 4);
+	cr_assert_arr_eq(buf, "ping", 4);
+	struct sockaddr_in cn, sp;
+	socklen_t l1 = sizeof(cn), l2 = sizeof(sp);
+	cr_assert_eq(getsockname(cli, (struct sockaddr *)&cn, &l1), 0);
+	cr_assert_eq(getpeername(srv, (struct sockaddr *)&sp, &l2), 0);
+	cr_assert_eq(cn.sin_port, sp.sin_port, "the server sees the client's own name");
+	cr_assert_neq(cn.sin_port, 0);
+	cr_assert_eq(shutdown(cli, SHUT_WR), 0);
+	cr_assert_eq(read(srv, buf, sizeof(buf)), 0, "EOF after the FIN");
+	cr_assert_eq(write(srv, "pong", 4), 4, "the other direction still flows");
+	cr_assert_eq(read(cli, buf, sizeof(buf)), 4);
+	struct ferry_stats *st = ferry_stats();
+	cr_assert_eq(st->streams_connected, 1);
+	cr_assert_eq(st->streams_accepted, 1);
+	cr_assert_eq(st->fallbacks, 0);
+	close(cli);
+	close(srv);
+	close(lis);
+}
+
+Test(start, a_fork_child_gets_errors_and_the_parent_keeps_its_stream, .timeout = 30)
+{
+	env_udp();
+	signal(SIGPIPE, SIG_IGN);
+	int cli, srv, lis;
+	stream_pair(&cli, &srv, &lis);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(5); /* a hang fails the test instead of blocking it */
+		char b[4];
+		int ok = 1;
+		ok &= read(cli, b, sizeof(b)) == -1 && errno == ECONNRESET;
+		ok &= write(srv, "x", 1) == -1 && errno == EPIPE;
+		ok &= close(cli) == 0 && close(srv) == 0 && close(lis) == 0;
+		/* New sockets in the child are plain kernel ones. */
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		ok &= s >= 0 && !fdtable_maybe(&fdtab, s);
+		_exit(ok ? 0 : 1);
+	}
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	char buf[8];
+	cr_assert_eq(write(cli, "after", 5), 5, "the child's closes did not touch the stream");
+	cr_assert_eq(read(srv, buf, sizeof(buf)), 5);
+	cr_assert_eq(write(srv, "fork", 4), 4);
+	cr_assert_eq(read(cli, buf, sizeof(buf)), 4);
+	close(cli);
+	close(srv);
+	close(lis);
+}
+
+Test(start, counters_are_written_on_demand, .timeout = 30)
+{
+	env_udp();
+	char path[128];
+	snprintf(path, sizeof(path), "/tmp/ferry-test-stats.%d.json", (int)getpid());
+	unlink(path);
+	setenv("FERRY_STATS", "/tmp/ferry-test-stats.%p.json", 1);
+	int cli, srv, lis;
+	stream_pair(&cli, &srv, &lis);
+	raise(SIGRTMIN + FERRY_STATS_SIGNAL_OFFSET);
+	struct stat sb;
+	for (int i = 0; i < 200 && stat(path, &sb) != 0; i++)
+		usleep(10000);
+	cr_assert_eq(stat(path, &sb), 0, "dumped while running: %s", path);
+	char buf[4096] = "";
+	FILE *fp = fopen(path, "r");
+	cr_assert_not_null(fp);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	cr_assert_gt(n, 0);
+	cr_assert_not_null(strstr(buf, "\"streams_connected\":1"), "%s", buf);
+	cr_assert_not_null(strstr(buf, "\"streams_accepted\":1"), "%s", buf);
+	unlink(path);
+	close(cli);
+	close(srv);
+	close(lis);
+}

@@ -512,7 +512,40 @@ static void kwake_client(struct peer *p)
 	close(fd);
 }
 
+/* The same on the accepting side, which also holds a listener. */
+static void kwake_server_waits(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	char c;
+	struct pollfd pfd = {.fd = p->sync_in, .events = POLLIN};
+	sync_send(p);
+	expect_rc(p, "poll_pipe", poll(&pfd, 1, 10000), 1, 0);
+	expect_rc(p, "poll_pipe_read", read(p->sync_in, &c, 1), 1, 0);
+	sync_send(p);
+	int ep = epoll_create1(0);
+	ep_add(ep, p->sync_in, EPOLLIN, 1);
+	struct epoll_event ev;
+	expect_rc(p, "epoll_pipe", ep_wait(ep, &ev, 1, 10000), 1, 0);
+	expect_rc(p, "epoll_pipe_read", read(p->sync_in, &c, 1), 1, 0);
+	sync_send(p);
+	close(ep);
+	close(fd);
+}
+
+static void kwake_client_kicks(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	for (int i = 0; i < 2; i++) {
+		sync_wait(p);
+		sleep_ms(200);
+		sync_send(p);
+	}
+	sync_wait(p);
+	close(fd);
+}
+
 const struct scenario scen_ready[] = {
+	{"kernel_fd_wakes_acceptor", kwake_server_waits, kwake_client_kicks, false},
 	{"kernel_fd_wakes", kwake_server, kwake_client, false},
 	{"epoll_level", feeder_server, level_client, false},
 	{"epoll_edge", feeder_server, edge_client, false},

@@ -63,3 +63,5 @@ tests_test_pool_alloc_LDADD = $(TEST_LDADD)
 tests_test_config_env_SOURCES = tests/test_config_env.c
 tests_test_config_env_CFLAGS = $(TEST_CFLAGS)
 tests_test_config_env_LDADD = $(TEST_LDADD)
+TESTS += tests/test_netns_two_hosts.sh
+EXTRA_DIST += tests/test_netns_two_hosts.sh

@@ -667,7 +667,7 @@ FERRY_EXPORT int epoll_create1(int flags)
 
 FERRY_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->epoll_ctl(epfd, op, fd, ev);
 	return (int)ferry_ret(fepoll_ctl(epfd, op, fd, ev));
 }
@@ -682,7 +682,7 @@ static int ep_timeout(int ms, struct timespec *ts)
 FERRY_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout,
 			     const sigset_t *sigmask)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, epfd))
+	if (!fdtable_maybe(&fdtab, epfd) || ferry_internal())
 		return libc()->epoll_pwait(epfd, events, max, timeout, sigmask);
 	struct timespec ts;
 	if (timeout >= 0)
@@ -692,7 +692,7 @@ FERRY_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int 
 
 FERRY_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, epfd))
+	if (!fdtable_maybe(&fdtab, epfd) || ferry_internal())
 		return libc()->epoll_wait(epfd, events, max, timeout);
 	return epoll_pwait(epfd, events, max, timeout, NULL);
 }
@@ -701,7 +701,7 @@ FERRY_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int t
 FERRY_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int max,
 			      const struct timespec *timeout, const sigset_t *sigmask)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, epfd)) {
+	if (!fdtable_maybe(&fdtab, epfd) || ferry_internal()) {
 		if (!libc()->epoll_pwait2) {
 			errno = ENOSYS;
 			return -1;

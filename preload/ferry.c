@@ -4,6 +4,7 @@
 #include "preload/ferry.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +24,10 @@ static pthread_mutex_t ferry_start_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Counters when there is no nexus (start failed): fallbacks still count. */
 static struct ferry_stats ferry_local_stats;
 static bool ferry_dump_at_exit;
+static bool ferry_atexit_set; /* a daemon() child starts again: register once */
 /* Depth of ferry_lock on this thread: handlers and callbacks that run
  * inside the event loop already hold the endpoint lock. */
-static __thread int ferry_lock_depth;
+static __thread int ferry_lock_depth __attribute__((tls_model("initial-exec")));
 
 struct ferry_stats *ferry_stats(void)
 {
@@ -81,16 +83,23 @@ void ferry_stats_dump(void)
 
 static void ferry_atexit(void)
 {
-	if (ferry_state() == FERRY_ON) {
+	if (ferry_state() == FERRY_ON && ferry_lock_depth == 0) {
 		/* Tell peers our streams end here, so they see EOF now rather
-		 * than a dead peer after the failure timeout. */
-		ferry_lock();
-		stream_fin_all(ferry.rpc);
+		 * than a dead peer after the failure timeout. Only a try: a
+		 * thread stuck holding the endpoint must not hang the exit. */
 		uint64_t end = clock_now_ns() + 20000000ull;
-		do
-			rpc_run_once(ferry.rpc);
-		while (rpc_busy(ferry.rpc) && clock_now_ns() < end);
-		ferry_unlock();
+		bool locked;
+		while (!(locked = rpc_trylock(ferry.rpc)) && clock_now_ns() < end)
+			sched_yield();
+		if (locked) {
+			ferry_internal_enter();
+			stream_fin_all(ferry.rpc);
+			do
+				rpc_run_once(ferry.rpc);
+			while (rpc_busy(ferry.rpc) && clock_now_ns() < end);
+			ferry_internal_leave();
+			rpc_unlock(ferry.rpc);
+		}
 	}
 	if (ferry_dump_at_exit && ferry_state() != FERRY_FORKED)
 		ferry_stats_dump();
@@ -134,8 +143,10 @@ static void ferry_start_locked(void)
 		return;
 	}
 	ferry_dump_at_exit = ferry.cfg.stats_path[0] != '\0';
-	if (ferry_dump_at_exit)
+	if (ferry_dump_at_exit && !ferry_atexit_set) {
+		ferry_atexit_set = true;
 		atexit(ferry_atexit);
+	}
 	rc = fdtab.slots ? 0 : fdtable_init(&fdtab, 0);
 	if (rc) {
 		log_warn("ferry cannot start: no fd table (%s); sockets use the kernel", strerror(-rc));
@@ -169,8 +180,10 @@ static void ferry_start_locked(void)
 		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
 		return;
 	}
-	if (!ferry_dump_at_exit)
+	if (!ferry_atexit_set) {
+		ferry_atexit_set = true;
 		atexit(ferry_atexit);
+	}
 	if (ferry.cfg.stats_path[0])
 		ferry_install_dump_signal();
 	log_info("ferry on: transport %s, spin %u us", ferry.transport, ferry.cfg.spin_us);

@@ -221,7 +221,7 @@ static ssize_t ferry_sendv(struct ffile *f, const struct iovec *iov, int iovcnt,
 /* The ferry file behind a data call on fd, or NULL when it is the kernel's. */
 static struct ffile *io_file(int fd)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return NULL;
 	struct ffile *f = sock_get(fd);
 	if (!f)

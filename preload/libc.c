@@ -39,7 +39,7 @@ struct libc_fns libc_real = {
 	.fcntl = raw_fcntl,
 };
 int libc_ready;
-__thread int ferry_internal_depth;
+__thread int ferry_internal_depth __attribute__((tls_model("initial-exec")));
 
 static pthread_once_t libc_once = PTHREAD_ONCE_INIT;
 /* Set while this thread runs dlsym: dlsym may call back into interposed

@@ -87,7 +87,7 @@ static inline const struct libc_fns *libc(void)
  * interposed call goes straight to libc, so the transport's own sockets,
  * eventfds and polls never loop back into the interposer.
  */
-extern __thread int ferry_internal_depth;
+extern __thread int ferry_internal_depth __attribute__((tls_model("initial-exec")));
 
 static inline bool ferry_internal(void)
 {

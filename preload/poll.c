@@ -213,7 +213,7 @@ static bool poll_has_ferry(const struct pollfd *fds, nfds_t n)
 
 FERRY_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
-	if (ferry_internal() || !poll_has_ferry(fds, n))
+	if (!poll_has_ferry(fds, n) || ferry_internal())
 		return libc()->poll(fds, n, timeout);
 	return (int)ferry_ret(fpoll(fds, n, wait_deadline_ms(timeout), NULL));
 }
@@ -221,7 +221,7 @@ FERRY_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 FERRY_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *timeout,
 		       const sigset_t *sigmask)
 {
-	if (ferry_internal() || !poll_has_ferry(fds, n))
+	if (!poll_has_ferry(fds, n) || ferry_internal())
 		return libc()->ppoll(fds, n, timeout, sigmask);
 	return (int)ferry_ret(fpoll(fds, n, wait_deadline_ts(timeout), sigmask));
 }
@@ -295,7 +295,7 @@ static int fselect(int nfds, fd_set *r, fd_set *w, fd_set *e, uint64_t deadline,
 
 FERRY_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 {
-	if (ferry_internal() || !select_has_ferry(nfds, r, w, e))
+	if (!select_has_ferry(nfds, r, w, e) || ferry_internal())
 		return libc()->select(nfds, r, w, e, tv);
 	uint64_t deadline = UINT64_MAX;
 	if (tv) {
@@ -320,7 +320,7 @@ FERRY_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeva
 FERRY_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts,
 			 const sigset_t *sigmask)
 {
-	if (ferry_internal() || !select_has_ferry(nfds, r, w, e))
+	if (!select_has_ferry(nfds, r, w, e) || ferry_internal())
 		return libc()->pselect(nfds, r, w, e, ts, sigmask);
 	return (int)ferry_ret(fselect(nfds, r, w, e, wait_deadline_ts(ts), sigmask));
 }

@@ -588,7 +588,7 @@ static int sock_accept(struct ffile *f, int fd, struct sockaddr *addr, socklen_t
 FERRY_EXPORT int socket(int domain, int type, int protocol)
 {
 	const struct libc_fns *c = libc();
-	if (ferry_internal() || !sock_eligible(domain, type, protocol) || !ferry_up())
+	if (!sock_eligible(domain, type, protocol) || ferry_internal() || !ferry_up())
 		return c->socket(domain, type, protocol);
 	int fd = c->socket(domain, type, protocol);
 	if (fd < 0)
@@ -611,7 +611,7 @@ FERRY_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
 
 FERRY_EXPORT int listen(int fd, int backlog)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->listen(fd, backlog);
 	struct ffile *f = sock_get(fd);
 	if (!f)
@@ -623,7 +623,7 @@ FERRY_EXPORT int listen(int fd, int backlog)
 
 FERRY_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *alen, int flags)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->accept4(fd, addr, alen, flags);
 	struct ffile *f = sock_get(fd);
 	if (!f)
@@ -635,14 +635,14 @@ FERRY_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *alen, int fla
 
 FERRY_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *alen)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->accept(fd, addr, alen);
 	return accept4(fd, addr, alen, 0);
 }
 
 FERRY_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->connect(fd, addr, len);
 	struct ffile *f = sock_get(fd);
 	if (!f)
@@ -654,7 +654,7 @@ FERRY_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 FERRY_EXPORT int shutdown(int fd, int how)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->shutdown(fd, how);
 	struct ffile *f = sock_get(fd);
 	if (!f)
@@ -678,7 +678,7 @@ FERRY_EXPORT int shutdown(int fd, int how)
 
 FERRY_EXPORT int close(int fd)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->close(fd);
 	/* Out of the table first: once the kernel frees the number another
 	 * thread may get it for something else. */
@@ -729,7 +729,7 @@ FERRY_EXPORT int close_range(unsigned first, unsigned last, int flags)
 
 FERRY_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *alen)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->getsockname(fd, addr, alen);
 	struct ffile *f = sock_get(fd);
 	bool done = false;
@@ -749,7 +749,7 @@ FERRY_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *alen)
 
 FERRY_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *alen)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->getpeername(fd, addr, alen);
 	struct ffile *f = sock_get(fd);
 	int rc = 1;
@@ -800,7 +800,7 @@ static int sock_tcp_info(struct fsock *sk, void *val, socklen_t *len)
 
 FERRY_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->getsockopt(fd, level, name, val, len);
 	struct ffile *f = sock_get(fd);
 	int rc = 1;
@@ -846,7 +846,7 @@ FERRY_EXPORT int setsockopt(int fd, int level, int name, const void *val, sockle
 	/* The kernel keeps every option on the placeholder, so getsockopt
 	 * answers as it would; ferry only notes the timeouts it must honour. */
 	int rc = libc()->setsockopt(fd, level, name, val, len);
-	if (rc != 0 || ferry_internal() || !fdtable_maybe(&fdtab, fd) || level != SOL_SOCKET ||
+	if (rc != 0 || !fdtable_maybe(&fdtab, fd) || ferry_internal() || level != SOL_SOCKET ||
 	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
 		return rc;
 	struct ffile *f = sock_get(fd);
@@ -878,7 +878,7 @@ FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	void *arg = va_arg(ap, void *);
 	va_end(ap);
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->ioctl(fd, req, arg);
 	struct ffile *f = sock_get(fd);
 	if (!f || f->kind != FFILE_SOCK)
@@ -924,7 +924,7 @@ static void dup_follow(struct ffile *f, int newfd)
 static int fcntl_impl(int fd, int cmd, long arg)
 {
 	const struct libc_fns *c = libc();
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return c->fcntl(fd, cmd, arg);
 	struct ffile *f = fdtable_get(&fdtab, fd);
 	if (!f)
@@ -968,7 +968,7 @@ FERRY_EXPORT int fcntl(int fd, int cmd, ...)
 FERRY_EXPORT int dup(int fd)
 {
 	const struct libc_fns *c = libc();
-	if (ferry_internal() || !fdtable_maybe(&fdtab, fd))
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return c->dup(fd);
 	struct ffile *f = fdtable_get(&fdtab, fd);
 	int nfd = c->dup(fd);
@@ -984,7 +984,7 @@ FERRY_EXPORT int dup(int fd)
 static int dup3_impl(int oldfd, int newfd, int flags, bool is_dup2)
 {
 	const struct libc_fns *c = libc();
-	if (ferry_internal() || (!fdtable_maybe(&fdtab, oldfd) && !fdtable_maybe(&fdtab, newfd)))
+	if ((!fdtable_maybe(&fdtab, oldfd) && !fdtable_maybe(&fdtab, newfd)) || ferry_internal())
 		return is_dup2 ? c->dup2(oldfd, newfd) : c->dup3(oldfd, newfd, flags);
 	struct ffile *f = fdtable_get(&fdtab, oldfd);
 	int rc = is_dup2 ? c->dup2(oldfd, newfd) : c->dup3(oldfd, newfd, flags);

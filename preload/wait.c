@@ -17,7 +17,7 @@
 #include "preload/libc.h"
 #include "transport/clock.h"
 
-static __thread struct waiter *wait_tls;
+static __thread struct waiter *wait_tls __attribute__((tls_model("initial-exec")));
 static pthread_key_t wait_key;
 static pthread_once_t wait_key_once = PTHREAD_ONCE_INIT;
 

@@ -233,7 +233,12 @@ bool wait_signals_restart(void)
 {
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0)
+		/* Faults are raised by the faulting instruction itself and never
+		 * interrupt a sleep, so their handlers (a sanitizer's) do not
+		 * count. */
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS ||
+		    sig == SIGFPE || sig == SIGILL || sig == SIGTRAP || sig == SIGSYS ||
+		    sigaction(sig, NULL, &sa) != 0)
 			continue;
 		bool caught = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != NULL
 							 : (sa.sa_handler != SIG_DFL &&

@@ -40,9 +40,21 @@ Test(doctor, reports_memory_privileges_and_opens_softib)
 	cr_assert(strstr(out, "opens the softib datapath"), "%s", out);
 }
 
+/* ferry-doctor looks at softib whatever the transport: each run names a
+ * fabric of its own, removed afterwards, never the shared "default". */
+static int doctor_own_fabric(const char *env)
+{
+	char fabric[128], full[512];
+	softib_test_fabric(fabric, sizeof(fabric), "doctor");
+	snprintf(full, sizeof(full), "FERRY_SOFTIB_FABRIC=%s %s", fabric, env);
+	int rc = doctor(full);
+	softib_test_fabric_remove(fabric);
+	return rc;
+}
+
 Test(doctor, a_bad_setting_is_a_fix_line_and_a_failure)
 {
-	cr_assert_eq(doctor("FERRY_TRANSPORT=rdma"), 1);
+	cr_assert_eq(doctor_own_fabric("FERRY_TRANSPORT=rdma"), 1);
 	cr_assert(strstr(out, "FIX") && strstr(out, "FERRY_TRANSPORT=rdma"), "%s", out);
 }
 
@@ -54,7 +66,7 @@ Test(doctor, without_a_device_it_says_so_and_names_what_works)
 		verbs_api_ibverbs.free_device_list(list);
 	if (n > 0)
 		cr_skip_test("this host has an RDMA device");
-	cr_assert_eq(doctor("FERRY_TRANSPORT=ib"), 1);
+	cr_assert_eq(doctor_own_fabric("FERRY_TRANSPORT=ib"), 1);
 	cr_assert(strstr(out, "no RDMA device"), "%s", out);
 	cr_assert(strstr(out, "udp") && strstr(out, "softib"), "%s", out);
 	cr_assert(strstr(out, "FIX"), "%s", out);

@@ -76,6 +76,8 @@ static struct ibv_context *sib_open_device(struct ibv_device *dev)
 	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
 		seed = (uint32_t)getpid();
 	c->mr_seq = seed;
+	c->key_tag = __atomic_fetch_add(&c->fab.shm->next_ctx, 1, __ATOMIC_RELAXED) &
+		     SIB_KEY_TAG_MASK;
 	/* The device outlives the list it came from, so the context points at
 	 * its own copy. */
 	struct sib_device *copy = malloc(sizeof(*copy));
@@ -203,7 +205,13 @@ static int sib_dealloc_pd(struct ibv_pd *pd)
 	return 0;
 }
 
-/* lkey = slot << 8 | a random byte: a stale or forged key misses. */
+/*
+ * lkey = context tag << 20 | slot << 8 | a pseudo-random byte. The byte makes
+ * a stale or forged key miss; the tag (a per-fabric counter) keeps the keys
+ * of two contexts apart, as an HCA's keys are unique across its contexts.
+ * Without it, two contexts' first MRs share slot 1, and one time in 256 a
+ * key of one end would be valid at the other.
+ */
 static struct ibv_mr *sib_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
 	struct sib_context *c = sib_ctx(pd->context);
@@ -235,7 +243,7 @@ static struct ibv_mr *sib_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int 
 	m->mr.addr = addr;
 	m->mr.length = len;
 	m->mr.handle = slot;
-	m->mr.lkey = slot << 8 | ((c->mr_seq >> 16) & 0xffu);
+	m->mr.lkey = c->key_tag << SIB_KEY_TAG_SHIFT | slot << 8 | ((c->mr_seq >> 16) & 0xffu);
 	m->mr.rkey = m->mr.lkey;
 	m->access = access;
 	__atomic_store_n(&c->mrs[slot], m, __ATOMIC_RELEASE);
@@ -258,8 +266,8 @@ static int sib_dereg_mr(struct ibv_mr *mr)
 
 struct sib_mr *sib_mr_find(struct sib_context *c, uint32_t lkey)
 {
-	uint32_t slot = lkey >> 8;
-	if (slot == 0 || slot >= SIB_MAX_MR)
+	uint32_t slot = (lkey >> 8) & (SIB_MAX_MR - 1);
+	if (slot == 0)
 		return NULL;
 	struct sib_mr *m = __atomic_load_n(&c->mrs[slot], __ATOMIC_ACQUIRE);
 	return m && m->mr.lkey == lkey ? m : NULL;

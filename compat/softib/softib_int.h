@@ -39,7 +39,9 @@
 #define SIB_MAX_SGE 4
 #define SIB_MAX_INLINE 512u
 #define SIB_MAX_CQE 65536
-#define SIB_MAX_MR 4096u
+#define SIB_MAX_MR 4096u /* power of two: an lkey's bits 8..19 are the slot */
+#define SIB_KEY_TAG_SHIFT 20u
+#define SIB_KEY_TAG_MASK 0xfffu
 #define SIB_GID_TBL 4
 #define SIB_PATH_MAX 108
 
@@ -59,7 +61,7 @@ struct sib_fabric_shm {
 	uint32_t max_qps;
 	pthread_mutex_t lock; /* robust, process-shared: the directory */
 	uint32_t next_gen;
-	uint32_t pad;
+	uint32_t next_ctx; /* contexts opened on the fabric: each gets its own lkey tag */
 	uint8_t gid[SIB_GID_TBL][16];
 	struct sib_dir_entry dir[SIB_MAX_QPS];
 };
@@ -129,6 +131,7 @@ struct sib_context {
 	pthread_mutex_t lock; /* MR table and peer map: registration may race the datapath */
 	struct sib_mr *mrs[SIB_MAX_MR];
 	uint32_t mr_seq;
+	uint32_t key_tag; /* top bits of every lkey of this context (softib_device.c) */
 	struct sib_peer_map *peers;
 	/* Rings found dead stay mapped until close: a QP's one-entry cache
 	 * (sib_qp.last_ring) may still point into them. */

@@ -35,6 +35,7 @@ struct fsock {
 	struct listener *lis;
 	int so_error;
 	bool kernel_gone; /* handed to the kernel: callers look the fd up again */
+	bool bound;       /* the application bound it (else connect binds it) */
 	bool linger0;     /* SO_LINGER on with a zero timeout: close resets */
 	bool nb_connect;  /* EINPROGRESS was returned: the next connect says 0 once */
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */

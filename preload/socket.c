@@ -280,15 +280,18 @@ static int sock_open_stream(struct fsock *sk, int session, const struct sockaddr
 /* The local address a ferry client shows: its placeholder is bound to the
  * source address and a real ephemeral port, so numbers are unique and
  * getsockname here matches getpeername at the server. */
-static int sock_bind_local(int fd, const struct sockaddr *dst, struct sockaddr_storage *local,
-			   socklen_t *llen)
+static int sock_bind_local(struct fsock *sk, int fd, const struct sockaddr *dst,
+			   struct sockaddr_storage *local, socklen_t *llen)
 {
 	const struct libc_fns *c = libc();
 	*llen = sizeof(*local);
-	if (c->getsockname(fd, (struct sockaddr *)local, llen) != 0)
-		return -errno;
-	if (sa_port((struct sockaddr *)local) != 0)
-		return 0;
+	if (sk->bound) {
+		if (c->getsockname(fd, (struct sockaddr *)local, llen) != 0)
+			return -errno;
+		if (sa_port((struct sockaddr *)local) != 0)
+			return 0;
+	}
+	local->ss_family = (sa_family_t)sk->domain;
 	struct sockaddr_storage src;
 	socklen_t slen;
 	int rc = peercache_source(dst, &src, &slen);
@@ -402,7 +405,7 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 	}
 	struct sockaddr_storage local;
 	socklen_t llen;
-	rc = sock_bind_local(fd, a, &local, &llen);
+	rc = sock_bind_local(sk, fd, a, &local, &llen);
 	if (rc) {
 		log_debug("connect: no local address (%d): kernel", rc);
 		count_fallback(rc);
@@ -499,8 +502,17 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 	int rc = mgmt_listen(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a, alen);
 	ferry_internal_leave();
 	if (rc < 0) {
-		log_warn("listener on port %u is not accelerated: its rendezvous port udp/%u %s",
-			 port, port, rc == -EADDRINUSE ? "is taken" : strerror(-rc));
+		/* A v6-only listener beside a v4 one on the same port (redis
+		 * listens like that) finds the port held by the v4 listener's own
+		 * rendezvous socket, which is dual-stack: expected, so quiet. */
+		int v6only = 0;
+		socklen_t ol = sizeof(v6only);
+		bool expected = rc == -EADDRINUSE && a.ss_family == AF_INET6 &&
+				c->getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &ol) == 0 &&
+				v6only;
+		ferry_log(expected ? FERRY_LOG_INFO : FERRY_LOG_WARN,
+			  "listener on port %u is not accelerated: its rendezvous port udp/%u %s",
+			  port, port, rc == -EADDRINUSE ? "is taken" : strerror(-rc));
 		sock_handoff(f);
 		return 0;
 	}
@@ -606,7 +618,15 @@ FERRY_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
 FERRY_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	/* The placeholder is the real socket: the kernel reserves the port. */
-	return libc()->bind(fd, addr, len);
+	int rc = libc()->bind(fd, addr, len);
+	if (rc != 0 || !fdtable_maybe(&fdtab, fd) || ferry_internal())
+		return rc;
+	struct ffile *f = sock_get(fd);
+	if (f && f->kind == FFILE_SOCK)
+		((struct fsock *)f->priv)->bound = true;
+	if (f)
+		ffile_put(&fdtab, f);
+	return rc;
 }
 
 FERRY_EXPORT int listen(int fd, int backlog)

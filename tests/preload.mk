@@ -11,7 +11,7 @@ EXTRA_DIST += tests/sockets/check.sh tests/integration/lib.sh
 check_PROGRAMS += tests/integration/tcpcat tests/integration/connhold
 tests_integration_tcpcat_SOURCES = tests/integration/tcpcat.c
 tests_integration_connhold_SOURCES = tests/integration/connhold.c
-FERRY_INTEGRATION_TESTS = tests/integration/redis.sh tests/integration/memcached.sh \
+FERRY_INTEGRATION_TESTS = tests/integration/ferry_run.sh tests/integration/redis.sh tests/integration/memcached.sh \
 	tests/integration/mixed.sh tests/integration/kill.sh
 TESTS += $(FERRY_INTEGRATION_TESTS)
 EXTRA_DIST += $(FERRY_INTEGRATION_TESTS)

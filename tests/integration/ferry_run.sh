@@ -1,0 +1,74 @@
+#!/bin/sh
+# ferry-run: flags become FERRY_* variables, the library goes first in
+# LD_PRELOAD (keeping what was there), the build-tree copy uses the build
+# tree's library and any other copy the installed one, bad flags are refused,
+# and a preloaded program really runs over ferry. Usage: ferry_run.sh [TRANSPORT]
+. "$(dirname "$0")/lib.sh"
+need env cmp
+[ -x "$ferry_run" ] || fail "$ferry_run not built"
+
+lib=$("$ferry_run" --print-lib)
+expect_eq "build-tree library" "$lib" "$builddir/.libs/libferry.so"
+# A copy anywhere else is an installed one.
+mkdir -p "$work/bin"
+cp "$ferry_run" "$work/bin/ferry-run"
+other=$("$work/bin/ferry-run" --print-lib)
+[ "$other" != "$lib" ] && [ "${other##*/}" = libferry.so ] ||
+	fail "an installed copy would preload '$other'"
+log "installed copy preloads $other"
+expect_eq "FERRY_LIB override" "$(FERRY_LIB=/x/libferry.so "$ferry_run" --print-lib)" /x/libferry.so
+expect_eq "--lib override" "$("$ferry_run" --lib /y/libferry.so --print-lib)" /y/libferry.so
+
+# Flags to variables, both spellings; the wrapped program sees them.
+[ -f "$lib" ] || skip "libferry.so not built ($lib)"
+flag_transport=$transport
+counting || flag_transport=udp
+"$ferry_run" --transport="$flag_transport" --ports 6379,7000-7999 --spin-us=7 --peers 10.0.0.1:6379 \
+	--log info --log-file "$work/ferry.log" --stats="$work/s-%p.json" --disable \
+	env >"$work/env.out" || fail "ferry-run env failed"
+for kv in "FERRY_TRANSPORT=$flag_transport" FERRY_PORTS=6379,7000-7999 FERRY_SPIN_US=7 \
+	FERRY_PEERS=10.0.0.1:6379 FERRY_LOG=info "FERRY_LOG_FILE=$work/ferry.log" \
+	"FERRY_STATS=$work/s-%p.json" FERRY_ENABLE=0; do
+	grep -qx "$kv" "$work/env.out" || fail "the program did not get $kv"
+done
+preload=$(sed -n 's/^LD_PRELOAD=//p' "$work/env.out")
+case " $preload " in
+*" $lib "*) ;;
+*) fail "LD_PRELOAD is '$preload', without $lib" ;;
+esac
+kept=$(LD_PRELOAD=/lib/none.so "$ferry_run" env 2>/dev/null | sed -n 's/^LD_PRELOAD=//p')
+case "$kept" in
+*"$lib /lib/none.so") log "an existing LD_PRELOAD is kept after ours" ;;
+*) fail "LD_PRELOAD became '$kept'" ;;
+esac
+twice=$("$ferry_run" "$ferry_run" env | sed -n 's/^LD_PRELOAD=//p' | tr ' ' '\n' | grep -c "libferry.so")
+expect_eq "libferry in LD_PRELOAD after nesting ferry-run" "$twice" 1
+
+# Refusals: exit status 2 and a message, the program never runs.
+for bad in "--transport tcp" "--spin-us fast" "--log loud" "--bogus" "--ports"; do
+	# shellcheck disable=SC2086
+	"$ferry_run" $bad true 2>"$work/err" && fail "ferry-run $bad was accepted"
+	[ $? -eq 2 ] && [ -s "$work/err" ] || fail "ferry-run $bad: no exit status 2 with a message"
+done
+"$ferry_run" >/dev/null 2>&1 && fail "ferry-run without a program succeeded"
+"$ferry_run" --help | grep -q -- '--transport' || fail "--help does not describe the flags"
+log "bad flags refused"
+
+# A real round trip through the wrapper, with counters proving the path.
+if counting; then
+	need redis-server redis-cli ss
+	port=$(free_port)
+	bgf server redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+		--protected-mode no --daemonize no
+	server=$last_pid
+	wait_listen "$port"
+	r=$(timeout 60 "$ferry_run" --transport "$transport" --stats "$work/stats-cli-%p.json" \
+		redis-cli -p "$port" PING) || fail "redis-cli through ferry-run failed"
+	expect_eq "PING through ferry-run" "$r" PONG
+	kill -TERM "$server"
+	wait_exit "$server" 30 || fail "redis-server exited with an error"
+	check_transport
+	counter_ge "streams_connected" "$(stat_sum streams_connected cli)" 1
+	counter_ge "streams_accepted" "$(stat_sum streams_accepted server)" 1
+fi
+echo "PASS: ferry-run ($transport)"

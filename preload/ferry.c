@@ -49,7 +49,7 @@ void ferry_unlock(void)
 	 * the process looks idle). */
 	if (ferry_lock_depth == 1 && stream_take_tx_pending()) {
 		stream_tx_deferred_clear();
-		rpc_run_once(ferry.rpc);
+		stream_run_once(ferry.rpc);
 	}
 	if (--ferry_lock_depth == 0) {
 		rpc_unlock(ferry.rpc);
@@ -65,7 +65,7 @@ void ferry_flush(void)
 		return;
 	ferry_lock();
 	stream_tx_deferred_clear();
-	rpc_run_once(ferry.rpc);
+	stream_run_once(ferry.rpc);
 	ferry_unlock();
 }
 
@@ -95,8 +95,9 @@ static void ferry_atexit(void)
 			ferry_internal_enter();
 			stream_fin_all(ferry.rpc);
 			do
-				rpc_run_once(ferry.rpc);
+				stream_run_once(ferry.rpc);
 			while (rpc_busy(ferry.rpc) && clock_now_ns() < end);
+			rpc_run_once(ferry.rpc); /* the last answers */
 			ferry_internal_leave();
 			rpc_unlock(ferry.rpc);
 		}

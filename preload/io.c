@@ -138,7 +138,7 @@ static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt,
 		ferry_lock();
 		n = stream_recv(ferry.rpc, s, cur.v, cur.n, sflags);
 		if (n == -EAGAIN) {
-			rpc_run_once(ferry.rpc);
+			stream_run_once(ferry.rpc);
 			n = stream_recv(ferry.rpc, s, cur.v, cur.n, sflags);
 		}
 		ferry_unlock();
@@ -191,7 +191,7 @@ static ssize_t ferry_sendv(struct ffile *f, const struct iovec *iov, int iovcnt,
 		ferry_lock();
 		n = stream_send(ferry.rpc, s, cur.v, cur.n);
 		if (n == -EAGAIN) {
-			rpc_run_once(ferry.rpc);
+			stream_run_once(ferry.rpc);
 			n = stream_send(ferry.rpc, s, cur.v, cur.n);
 		}
 		ferry_unlock(); /* puts the requests on the wire */

@@ -36,7 +36,7 @@ static void progress_run(void)
 		return;
 	ferry_internal_enter();
 	stream_tx_deferred_clear();
-	rpc_run_once(rpc);
+	stream_run_once(rpc);
 	ferry_internal_leave();
 	rpc_unlock(rpc);
 	__atomic_store_n(&pg_last_run, clock_now_ns(), __ATOMIC_RELAXED);
@@ -90,6 +90,15 @@ void progress_request_dump(void)
 
 static char pg_efd_tag, pg_notify_tag;
 
+/* The background thread's pass: nobody's reply is waiting to go with the
+ * answers, so they are sent at once. */
+static void progress_pass(struct rpc *rpc)
+{
+	stream_tx_deferred_clear();
+	if (stream_run_once(rpc))
+		rpc_run_once(rpc);
+}
+
 static void *progress_main(void *arg)
 {
 	struct rpc *rpc = arg;
@@ -111,15 +120,13 @@ static void *progress_main(void *arg)
 		if (rpc_trylock(rpc)) {
 			/* Application threads running the loop keep timers going;
 			 * only step in when they have not for a tick. */
-			if (since >= pg_tick_ns || stream_tx_deferred()) {
-				stream_tx_deferred_clear();
-				rpc_run_once(rpc);
-			}
+			if (since >= pg_tick_ns || stream_tx_deferred())
+				progress_pass(rpc);
 			busy = rpc_busy(rpc);
 			if (!app_active) {
 				armed = rpc_arm_notify(rpc);
 				if (armed == 1)
-					rpc_run_once(rpc);
+					progress_pass(rpc);
 			}
 			rpc_unlock(rpc);
 		}
@@ -167,7 +174,7 @@ static void *progress_main(void *arg)
 		if (__atomic_exchange_n(&pg_dump, 0, __ATOMIC_RELAXED))
 			ferry_stats_dump();
 		if (notified && rpc_trylock(rpc)) {
-			rpc_run_once(rpc);
+			progress_pass(rpc);
 			rpc_unlock(rpc);
 		}
 	}

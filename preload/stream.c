@@ -75,6 +75,14 @@ static uint32_t st_cap, st_used;
 static uint32_t *st_free;
 static uint32_t st_nfree;
 static struct listener *listeners;
+
+/* DATA requests waiting for their answer (see stream_run_once). */
+#define ACK_PENDING_MAX 256
+static struct {
+	struct rpc_req *req;
+	struct stream *s;
+} ack_pending[ACK_PENDING_MAX];
+static unsigned ack_npending;
 static bool st_tx_pending;
 /* DATA waits for the application's next wait (epoll_wait, poll, a blocking
  * call) so replies to many connections leave in one batch. Atomic: read
@@ -731,6 +739,26 @@ static void handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 	respond(rpc, req, &r, sizeof(r));
 }
 
+static void respond_ack(struct rpc *rpc, struct rpc_req *req, int status, uint64_t consumed);
+
+static void stream_put(struct stream *s);
+
+unsigned stream_run_once(struct rpc *rpc)
+{
+	rpc_run_once(rpc);
+	unsigned n = ack_npending;
+	for (unsigned i = 0; i < n; i++) {
+		struct stream *s = ack_pending[i].s;
+		s->rx_advertised = s->rx.head;
+		respond_ack(rpc, ack_pending[i].req, 0, s->rx.head);
+		stream_put(s);
+	}
+	ack_npending = 0;
+	if (n)
+		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
+	return n;
+}
+
 static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 {
 	const struct msgbuf *m = rpc_req_msg(req);
@@ -754,8 +782,15 @@ static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		respond_ack(rpc, req, -ECONNRESET, 0);
 		return;
 	}
-	s->rx_advertised = s->rx.head;
-	respond_ack(rpc, req, 0, s->rx.head);
+	if (ack_npending < ACK_PENDING_MAX) {
+		ack_pending[ack_npending].req = req;
+		ack_pending[ack_npending].s = s;
+		ack_npending++;
+		s->refs++;
+	} else {
+		s->rx_advertised = s->rx.head;
+		respond_ack(rpc, req, 0, s->rx.head);
+	}
 	stream_notify(s, EPOLLIN);
 }
 

@@ -118,6 +118,17 @@ void stream_forget_all(void);
 /* Whether requests were queued since the last call (the caller then runs
  * the event loop once so they go on the wire). */
 bool stream_take_tx_pending(void);
+/*
+ * One pass of the event loop, then the answers to DATA received in it.
+ * DATA is answered after the pass, not inside its handler, so the answer
+ * waits in the transmit queue for the next pass: it leaves together with
+ * the application's reply (one batch, no send on the reply's critical
+ * path). The next pass comes at the application's next wait, or from the
+ * progress thread within a tick, so a slot is never held for long. Returns
+ * the number of answers queued.
+ */
+unsigned stream_run_once(struct rpc *rpc);
+
 /* Whether DATA was queued and not yet flushed (any thread, no lock). */
 bool stream_tx_deferred(void);
 /* Called right before a pass of the event loop that will send it. */

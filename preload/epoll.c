@@ -237,6 +237,19 @@ void epoll_file_kernelize(struct ffile *f)
 	pthread_mutex_unlock(&f->wlock);
 }
 
+void epoll_file_hybrid(struct ffile *f)
+{
+	pthread_mutex_lock(&f->wlock);
+	for (struct epitem *it = f->epitems; it; it = it->fnext) {
+		if (it->kernel)
+			continue;
+		struct epoll_event ev = {.events = it->events, .data = it->data};
+		if (libc()->epoll_ctl(it->ep->epfd, EPOLL_CTL_ADD, it->fd, &ev) == 0)
+			it->kernel = true;
+	}
+	pthread_mutex_unlock(&f->wlock);
+}
+
 /* --- instances --- */
 
 static void fepoll_release(struct ffile *file)

@@ -32,6 +32,10 @@ void epoll_file_gone(struct ffile *f);
  */
 void epoll_file_kernelize(struct ffile *f);
 
+/* f just became hybrid (a listener): its existing registrations are made
+ * in the kernel instances too, so plain clients' connections show. */
+void epoll_file_hybrid(struct ffile *f);
+
 /* The implementations behind the interposed calls; -errno on failure.
  * timeout NULL waits forever. */
 int fepoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);

@@ -528,6 +528,8 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 		f->hybrid = true;
 	}
 	ferry_unlock();
+	if (sk->lis)
+		epoll_file_hybrid(f); /* added to an epoll before listen() */
 	if (!sk->lis) {
 		ferry_internal_enter();
 		mgmt_unlisten(ferry.mgmt, (struct sockaddr *)&a, alen);

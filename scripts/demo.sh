@@ -36,7 +36,8 @@ if [ ! -x "$builddir/ferry-run" ] || [ ! -f "$builddir/.libs/libferry.so" ]; the
 	[ -x "$top/configure" ] || (cd "$top" && autoreconf -i) || exit 1
 	mkdir -p "$builddir"
 	(cd "$builddir" && { [ -f Makefile ] || "$top/configure" -q; } &&
-		make -s -j"$(nproc 2>/dev/null || echo 2)") || { echo "demo.sh: the build failed" >&2; exit 1; }
+		make -j"$(nproc 2>/dev/null || echo 2)") >"$builddir/demo-build.log" 2>&1 ||
+		{ tail -20 "$builddir/demo-build.log"; echo "demo.sh: the build failed (see $builddir/demo-build.log)" >&2; exit 1; }
 fi
 ferry_run=$builddir/ferry-run
 

@@ -578,10 +578,17 @@ void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
 		q->drop_qkey++;
 		return;
 	}
-	uint64_t tail = q->tail, head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
-	if (__atomic_load_n(&q->credits, __ATOMIC_ACQUIRE) == 0 || tail - head >= q->nslots) {
-		q->drop_no_recv++;
-		return;
+	/* Granted and head only grow (a reset moves both to tail under this
+	 * lock), so a stale view of them errs towards "no room": look again
+	 * only then, and drop if there really is none. */
+	uint64_t tail = q->tail;
+	if (q->snd_granted <= tail || tail - q->snd_head >= q->nslots) {
+		q->snd_granted = __atomic_load_n(&q->granted, __ATOMIC_ACQUIRE);
+		q->snd_head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+		if (q->snd_granted <= tail || tail - q->snd_head >= q->nslots) {
+			q->drop_no_recv++;
+			return;
+		}
 	}
 	struct sib_slot *slot = (struct sib_slot *)(void *)((uint8_t *)q + SIB_RING_OFFSET +
 							    (size_t)(tail & (q->nslots - 1)) *
@@ -596,7 +603,6 @@ void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
 		off += sge[i].length;
 	}
 	/* Publishing is the last store, so a sender dying above leaves nothing. */
-	__atomic_fetch_sub(&q->credits, 1, __ATOMIC_RELAXED);
 	q->rx_pkts++;
 	__atomic_store_n(&q->tail, tail + 1, __ATOMIC_RELEASE);
 }

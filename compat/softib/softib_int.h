@@ -26,7 +26,7 @@
 #include <uthash.h>
 
 #define SIB_MAGIC_FABRIC 0x666572727966616bull /* "ferryfak" */
-#define SIB_MAGIC_QP 0x6665727279717031ull
+#define SIB_MAGIC_QP 0x6665727279717032ull /* "ferryqp2": ring layout 2 */
 #define SIB_VERSION 2u
 #define SIB_MAX_QPS 1024u /* directory slots; QPN = gen << 10 | slot */
 #define SIB_QPN_SLOT_BITS 10u
@@ -77,23 +77,37 @@ struct sib_slot {
 };
 _Static_assert(sizeof(struct sib_slot) == SIB_SLOT_HDR, "shared layout");
 
+/*
+ * A QP's ring header. Lines are split by who writes them: the lock and the
+ * senders' view of the receiver stay in the sending process's cache, so a
+ * packet costs the sender the slot and the tail and the receiver the same
+ * lines back; the receiver's head and granted are read again only when the
+ * senders' view of them says there is no room. Receives are granted as a
+ * running count that only the owner writes: available = granted - tail.
+ */
 struct sib_qp_shm {
+	/* Read-mostly: written at creation, by modify_qp and at death. */
 	uint64_t magic;
 	uint32_t qpn;
 	uint32_t nslots; /* power of two */
-	pthread_mutex_t lock; /* robust, process-shared: held by a sender filling a slot */
-	uint32_t qkey;
+	uint32_t qkey;     /* under lock */
 	uint32_t rx_ready; /* state is RTR, RTS, SQD or SQE */
 	uint32_t dead;     /* destroyed or reclaimed: drop cached mappings */
 	uint32_t leased;   /* the owner holds a lease on this file (see softib_fabric.c) */
-	uint64_t tail __attribute__((aligned(64))); /* senders, under lock */
-	uint64_t head __attribute__((aligned(64))); /* the receiver */
-	uint32_t credits __attribute__((aligned(64))); /* receives posted, not yet claimed */
-	uint32_t armed; /* receiver's CQ wants an event */
 	uint64_t wake_cookie;
 	char wake_path[SIB_PATH_MAX];
+	/* Senders only, under lock. */
+	pthread_mutex_t lock __attribute__((aligned(64))); /* robust, process-shared */
+	uint64_t snd_granted; /* senders' last look at granted */
+	uint64_t snd_head;    /* ... and at head */
 	uint64_t rx_pkts __attribute__((aligned(64)));
 	uint64_t drop_no_recv, drop_qkey, drop_state;
+	/* Written by senders under lock, read by the receiver: the doorbell. */
+	uint64_t tail __attribute__((aligned(64))); /* packets placed */
+	/* The receiver (the owner). */
+	uint64_t head __attribute__((aligned(64))); /* packets taken */
+	uint64_t granted;                           /* receives ever posted (reset: = tail) */
+	uint32_t armed __attribute__((aligned(64))); /* receiver's CQ wants an event */
 };
 _Static_assert(sizeof(struct sib_qp_shm) <= SIB_RING_OFFSET, "header fits before the ring");
 

@@ -184,9 +184,11 @@ int sib_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	sib_shm_lock(&q->lock);
 	q->qkey = qp->qkey;
 	if (next == IBV_QPS_RESET || next == IBV_QPS_ERR) {
+		/* Posted receives and queued packets are gone: nothing granted. */
 		__atomic_store_n(&q->rx_ready, 0, __ATOMIC_RELEASE);
-		__atomic_store_n(&q->credits, 0, __ATOMIC_RELEASE);
+		__atomic_store_n(&q->granted, q->tail, __ATOMIC_RELEASE);
 		__atomic_store_n(&q->head, q->tail, __ATOMIC_RELEASE);
+		q->snd_granted = q->snd_head = q->tail;
 	} else {
 		__atomic_store_n(&q->rx_ready, sib_state_receives(next), __ATOMIC_RELEASE);
 	}
@@ -340,8 +342,10 @@ int sib_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_w
 		qp->rq_count++;
 		added++;
 	}
+	/* Only the owner writes granted (here and in modify_qp, under the
+	 * lock), so a plain store publishes; senders never modify it. */
 	if (added)
-		__atomic_fetch_add(&qp->shm->credits, added, __ATOMIC_RELEASE);
+		__atomic_store_n(&qp->shm->granted, qp->shm->granted + added, __ATOMIC_RELEASE);
 	return rc;
 }
 

@@ -44,12 +44,12 @@ int fdtable_init(struct fdtable *t, size_t size)
 
 void fdtable_destroy(struct fdtable *t)
 {
-	if (!t->slots)
-		return;
-	size_t size = t->size;
-	t->size = 0;
-	munmap(t->slots, size * sizeof(struct ffile *));
-	t->slots = NULL;
+	if (t->slots) {
+		size_t size = t->size;
+		t->size = 0;
+		munmap(t->slots, size * sizeof(struct ffile *));
+		t->slots = NULL;
+	}
 	while (t->free_list) {
 		struct ffile *f = t->free_list;
 		t->free_list = f->free_next;

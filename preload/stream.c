@@ -462,11 +462,26 @@ void stream_abandon(struct stream *s)
 
 void stream_forget_all(void)
 {
+	for (uint32_t i = 0; i < st_used; i++) {
+		struct stream *s = st_slots[i];
+		if (!s)
+			continue;
+		rxbuf_free(&s->rx);
+		free(s);
+	}
+	free(st_slots);
+	free(st_gen);
+	free(st_free);
 	st_slots = NULL;
 	st_gen = NULL;
 	st_free = NULL;
 	st_cap = st_used = st_nfree = 0;
-	listeners = NULL;
+	ack_npending = 0;
+	while (listeners) {
+		struct listener *l = listeners;
+		listeners = l->next;
+		free(l);
+	}
 }
 
 void stream_fin_all(struct rpc *rpc)
@@ -552,7 +567,7 @@ static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 		stream_notify(s, EPOLLOUT | EPOLLERR | EPOLLHUP);
 	} else {
 		s->state = STREAM_OPEN;
-		stats_inc(ferry.stats->streams_connected);
+		stats_inc(ferry_stats()->streams_connected);
 		if (!s->file) /* closed while opening */
 			stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
 		stream_notify(s, EPOLLOUT);
@@ -730,7 +745,7 @@ static void handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 			l->head = s;
 		l->tail = s;
 		l->queued++;
-		stats_inc(ferry.stats->streams_accepted);
+		stats_inc(ferry_stats()->streams_accepted);
 		r.status = 0;
 		r.server_sid = s->sid;
 		r.window = s->rx.cap;

@@ -111,8 +111,8 @@ struct listener *listener_add(const struct sockaddr *addr, socklen_t len, int ba
 void listener_remove(struct rpc *rpc, struct listener *l);
 struct stream *listener_pop(struct listener *l);
 
-/* Forgets every stream and listener without touching them (a daemon()
- * child that starts a fresh ferry). */
+/* Frees every stream and listener without a word to any peer or file (a
+ * daemon() child that starts a fresh ferry; tests). */
 void stream_forget_all(void);
 
 /* Whether requests were queued since the last call (the caller then runs

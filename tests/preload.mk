@@ -46,3 +46,9 @@ TESTS += tests/test_preload_start
 tests_test_preload_start_SOURCES = tests/test_preload_start.c $(PRELOAD_TEST_SOURCES)
 tests_test_preload_start_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_start_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/test_preload_stream
+TESTS += tests/test_preload_stream
+tests_test_preload_stream_SOURCES = tests/test_preload_stream.c tests/rpc_pair.c tests/rpc_pair.h \
+	$(PRELOAD_TEST_SOURCES)
+tests_test_preload_stream_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_stream_LDADD = $(TEST_LDADD)

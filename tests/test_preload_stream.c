@@ -1,0 +1,309 @@
+/* Streams over two endpoints on the in-process test nic: bytes arrive in
+ * order and intact through loss, duplication and reordering; the receive
+ * window holds a writer back and opens again; a stalled stream does not
+ * hold up another on the same session; FIN is EOF after the data; RESET
+ * is ECONNRESET, then EPIPE. */
+#include "autoconfig.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "preload/fdtable.h"
+#include "preload/stream.h"
+#include "rpc_pair.h"
+#include "transport/clock.h"
+
+static struct rpc_pair P;
+static struct ffile *files[16];
+static unsigned nfiles;
+
+static struct ffile *test_file(void)
+{
+	cr_assert_lt(nfiles, 16);
+	files[nfiles] = ffile_new(&fdtab, FFILE_TEST);
+	cr_assert_not_null(files[nfiles]);
+	return files[nfiles++];
+}
+
+static void open_endpoints(const char *fault)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	char err[256];
+	if (fault)
+		cr_assert_eq(ferry_config_set(&cfg, "FERRY_FAULT", fault, err, sizeof(err)), 0, "%s",
+			     err);
+	cfg.rto_us = 1000;
+	char why[256];
+	cr_assert_eq(rpc_pair_open(&P, "test", &cfg, why, sizeof(why)), 0, "%s", why);
+	rpc_lock(P.a);
+	rpc_lock(P.b);
+	cr_assert_eq(stream_init(P.a), 0);
+	cr_assert_eq(stream_init(P.b), 0);
+}
+
+static void clean(void)
+{
+	open_endpoints(NULL);
+}
+
+static void lossy(void)
+{
+	open_endpoints("drop=0.03,dup=0.03,reorder=0.05,seed=42");
+}
+
+static void close_endpoints(void)
+{
+	rpc_unlock(P.a);
+	rpc_unlock(P.b);
+	rpc_pair_close(&P);
+	stream_forget_all();
+	while (nfiles)
+		ffile_put(&fdtab, files[--nfiles]);
+	fdtable_destroy(&fdtab);
+}
+
+static void pump(void)
+{
+	stream_run_once(P.a);
+	stream_run_once(P.b);
+}
+
+/* Pumps until cond holds; a hang guard, not a measurement. */
+static bool pump_until(bool (*cond)(void *), void *ctx)
+{
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while (!cond(ctx)) {
+		if (clock_now_ns() > end)
+			return false;
+		pump();
+	}
+	return true;
+}
+
+struct opened {
+	struct listener *l;
+	struct stream *c;
+};
+
+static bool is_open(void *p)
+{
+	struct opened *o = p;
+	return o->l->head && o->c->state != STREAM_OPENING;
+}
+
+/* A connected pair: c on endpoint a, s accepted on endpoint b. */
+static void stream_pair(uint16_t port, struct stream **c, struct stream **s)
+{
+	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(port)};
+	struct listener *l = listener_add((struct sockaddr *)&la, sizeof(la), 16,
+					  test_file());
+	cr_assert_not_null(l);
+	struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in src = dst;
+	src.sin_port = htons((uint16_t)(port + 1000));
+	struct opened o = {.l = l};
+	cr_assert_eq(stream_open(P.a, P.sa, test_file(), (struct sockaddr *)&dst,
+				 sizeof(dst), (struct sockaddr *)&src, sizeof(src), &o.c),
+		     0);
+	cr_assert(pump_until(is_open, &o), "OPEN answered");
+	cr_assert_eq(o.c->state, STREAM_OPEN);
+	*c = o.c;
+	*s = listener_pop(l);
+	cr_assert_not_null(*s);
+	stream_set_file(*s, test_file());
+	struct sockaddr_in *peer = (struct sockaddr_in *)(void *)&(*s)->peer;
+	cr_assert_eq(peer->sin_port, src.sin_port, "the server sees the client's address");
+}
+
+static uint8_t pattern(uint64_t i)
+{
+	return (uint8_t)((i * 2654435761u) >> 13);
+}
+
+struct xfer {
+	struct stream *c, *s;
+	uint64_t total, sent, got;
+	uint8_t *out, *in;
+	bool corrupt;
+	unsigned rnd;
+};
+
+static unsigned next_rand(struct xfer *x)
+{
+	x->rnd = x->rnd * 1103515245u + 12345u;
+	return (x->rnd >> 8) & 0xffff;
+}
+
+static bool step(void *p)
+{
+	struct xfer *x = p;
+	if (x->sent < x->total) {
+		size_t n = 1 + next_rand(x) * 4;
+		if (n > x->total - x->sent)
+			n = (size_t)(x->total - x->sent);
+		struct iovec v = {x->out + x->sent, n};
+		ssize_t w = stream_send(P.a, x->c, &v, 1);
+		cr_assert(w > 0 || w == -EAGAIN, "send: %zd", w);
+		if (w > 0)
+			x->sent += (uint64_t)w;
+	}
+	struct iovec v = {x->in, 1 + next_rand(x) * 2};
+	ssize_t r = stream_recv(P.b, x->s, &v, 1, 0);
+	cr_assert(r > 0 || r == -EAGAIN, "recv: %zd", r);
+	for (ssize_t i = 0; i < r; i++)
+		x->corrupt |= x->in[i] != pattern(x->got + (uint64_t)i);
+	if (r > 0)
+		x->got += (uint64_t)r;
+	return x->got == x->total;
+}
+
+static void transfer(uint64_t total)
+{
+	struct xfer x = {.total = total, .rnd = 7};
+	stream_pair(7000, &x.c, &x.s);
+	x.out = malloc(total);
+	x.in = malloc(1 << 17);
+	for (uint64_t i = 0; i < total; i++)
+		x.out[i] = pattern(i);
+	cr_assert(pump_until(step, &x), "all %llu bytes arrived (got %llu)",
+		  (unsigned long long)total, (unsigned long long)x.got);
+	cr_assert_not(x.corrupt, "bytes in order and intact");
+	free(x.out);
+	free(x.in);
+}
+
+Test(stream, bytes_arrive_in_order, .init = clean, .fini = close_endpoints, .timeout = 60)
+{
+	transfer(4u << 20);
+}
+
+Test(stream, bytes_survive_loss_duplication_and_reordering, .init = lossy,
+     .fini = close_endpoints, .timeout = 60)
+{
+	transfer(2u << 20);
+	cr_assert_gt(P.st_a.drop_fault + P.st_b.drop_fault, 0, "faults were injected");
+	cr_assert_gt(P.st_a.retransmits + P.st_b.retransmits, 0, "and recovered from");
+}
+
+static bool acked_all(void *p)
+{
+	struct stream *c = p;
+	return c->inflight == 0;
+}
+
+Test(stream, the_window_holds_a_writer_back_and_reading_opens_it, .init = clean,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7001, &c, &s);
+	static uint8_t buf[1 << 20];
+	struct iovec v = {buf, sizeof(buf)};
+	ssize_t w = stream_send(P.a, c, &v, 1);
+	cr_assert_gt(w, 0);
+	cr_assert_lt((size_t)w, sizeof(buf), "a partial write: the window is smaller");
+	cr_assert_eq(stream_send(P.a, c, &v, 1), -EAGAIN);
+	cr_assert_not(stream_mask(c) & EPOLLOUT);
+	cr_assert(pump_until(acked_all, c));
+	cr_assert_eq(stream_send(P.a, c, &v, 1), -EAGAIN, "received but unread: still full");
+	cr_assert_eq(rxbuf_avail(&s->rx), (size_t)w, "memory bounded by the window");
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), w);
+	for (int i = 0; i < 1000 && !(stream_mask(c) & EPOLLOUT); i++)
+		pump();
+	cr_assert(stream_mask(c) & EPOLLOUT, "the window update reached the writer");
+	cr_assert_gt(stream_send(P.a, c, &v, 1), 0);
+}
+
+Test(stream, a_stalled_stream_does_not_block_another, .init = clean, .fini = close_endpoints,
+     .timeout = 60)
+{
+	struct stream *c1, *s1, *c2, *s2;
+	stream_pair(7002, &c1, &s1);
+	stream_pair(7003, &c2, &s2);
+	static uint8_t buf[1 << 20];
+	struct iovec v = {buf, sizeof(buf)};
+	cr_assert_gt(stream_send(P.a, c1, &v, 1), 0); /* s1 never reads */
+	struct xfer x = {.c = c2, .s = s2, .total = 1u << 20, .rnd = 3};
+	x.out = malloc(x.total);
+	x.in = malloc(1 << 17);
+	for (uint64_t i = 0; i < x.total; i++)
+		x.out[i] = pattern(i);
+	cr_assert(pump_until(step, &x), "the second stream flowed (got %llu)",
+		  (unsigned long long)x.got);
+	cr_assert_not(x.corrupt);
+	cr_assert_eq(stream_send(P.a, c1, &v, 1), -EAGAIN, "the first is still full");
+	free(x.out);
+	free(x.in);
+}
+
+static bool readable(void *p)
+{
+	return stream_mask(p) & EPOLLIN;
+}
+
+Test(stream, fin_is_eof_after_the_data, .init = clean, .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7004, &c, &s);
+	struct iovec v = {"last words", 10};
+	cr_assert_eq(stream_send(P.a, c, &v, 1), 10);
+	cr_assert_eq(stream_shutdown(P.a, c, SHUT_WR), 0);
+	cr_assert_eq(stream_send(P.a, c, &v, 1), -EPIPE);
+	cr_assert(pump_until(readable, s));
+	char buf[32];
+	struct iovec r = {buf, sizeof(buf)};
+	ssize_t n;
+	while ((n = stream_recv(P.b, s, &r, 1, 0)) == -EAGAIN)
+		pump();
+	cr_assert_eq(n, 10);
+	cr_assert_arr_eq(buf, "last words", 10);
+	while ((n = stream_recv(P.b, s, &r, 1, 0)) == -EAGAIN)
+		pump();
+	cr_assert_eq(n, 0, "EOF");
+	cr_assert(stream_mask(s) & EPOLLRDHUP);
+	struct iovec back = {"reply", 5};
+	cr_assert_eq(stream_send(P.b, s, &back, 1), 5, "the other direction still flows");
+	cr_assert(pump_until(readable, c));
+	while ((n = stream_recv(P.a, c, &r, 1, 0)) == -EAGAIN)
+		pump();
+	cr_assert_eq(n, 5);
+}
+
+static bool failed(void *p)
+{
+	return ((struct stream *)p)->state == STREAM_FAILED;
+}
+
+Test(stream, reset_is_econnreset_then_epipe, .init = clean, .fini = close_endpoints,
+     .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7005, &c, &s);
+	stream_abort(P.b, s);
+	cr_assert(pump_until(failed, c));
+	char buf[4];
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), -ECONNRESET);
+	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 0, "reported once");
+	cr_assert_eq(stream_send(P.a, c, &r, 1), -EPIPE);
+	cr_assert(stream_mask(c) & (EPOLLERR | EPOLLHUP));
+}
+
+Test(stream, open_without_listener_is_refused, .init = clean, .fini = close_endpoints,
+     .timeout = 60)
+{
+	struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(7999),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct stream *c;
+	cr_assert_eq(stream_open(P.a, P.sa, test_file(), (struct sockaddr *)&dst,
+				 sizeof(dst), (struct sockaddr *)&dst, sizeof(dst), &c),
+		     0);
+	cr_assert(pump_until(failed, c));
+	cr_assert_eq(stream_take_error(c), ECONNREFUSED);
+}

@@ -17,6 +17,8 @@ static bool paced(const struct rpc *rpc, const struct session *s)
 static void client_push(struct rpc *rpc, struct session *s, struct client_slot *cs)
 {
 	uint32_t target = cs->resp_pkts == 0 ? cs->req_pkts : cs->req_pkts + cs->resp_pkts - 1;
+	if (cs->probing && target > cs->num_rx + 1)
+		target = cs->num_rx + 1;
 	while (cs->num_tx < target && s->credits > 0) {
 		uint32_t idx = cs->num_tx++;
 		s->credits--;
@@ -48,6 +50,8 @@ static void client_start(struct rpc *rpc, struct session *s, struct client_slot 
 {
 	cs->busy = true;
 	cs->rolled_back = false;
+	cs->probing = false;
+	cs->timeouts = 0;
 	cs->flush_needed = false;
 	cs->req_type = req_type;
 	cs->req = req;
@@ -57,7 +61,7 @@ static void client_start(struct rpc *rpc, struct session *s, struct client_slot 
 	cs->resp_pkts = 0;
 	cs->resp_size = 0;
 	cs->resp = NULL;
-	cs->num_tx = cs->num_rx = cs->rtt_from = 0;
+	cs->num_tx = cs->num_rx = cs->high_tx = 0;
 	cs->progress_ns = rpc->now_ns;
 	cs->epoch++;
 	struct pkt_info pi = {.type = PKT_REQ, .req_type = req_type, .dest_session = s->peer_num,
@@ -134,15 +138,11 @@ int rpc_enqueue_request(struct rpc *rpc, int session, uint8_t req_type, struct m
 }
 
 /* Go-back-N: forget everything sent after the last in-order answer and send
- * it again. Answers still on their way for the forgotten packets will be
- * out of order or late and are dropped. */
+ * it again. An answer still on its way for a forgotten packet is taken if it
+ * comes in order (it proves the packet arrived) and dropped otherwise. */
 static void client_go_back(struct rpc *rpc, struct session *s, struct client_slot *cs)
 {
-	uint32_t n = cs->num_tx - cs->num_rx;
-	s->credits += n;
-	stats_add(&rpc->st->retransmits, n);
-	if (cs->num_tx > cs->rtt_from)
-		cs->rtt_from = cs->num_tx;
+	s->credits += cs->num_tx - cs->num_rx;
 	cs->num_tx = cs->num_rx;
 	cs->epoch++;
 	/* The forgotten packets' share of the pacing schedule is given back:
@@ -178,10 +178,15 @@ static void client_complete(struct rpc *rpc, struct session *s, struct client_sl
 static void on_progress(struct rpc *rpc, struct session *s, struct client_slot *cs, uint32_t idx)
 {
 	cs->num_rx++;
-	s->credits++;
+	if (idx < cs->num_tx)
+		s->credits++;
+	else
+		cs->num_tx = idx + 1; /* a late answer to a packet we had written off */
 	cs->progress_ns = rpc->now_ns;
 	cs->rolled_back = false;
-	if (rpc->cc && idx >= cs->rtt_from) {
+	cs->probing = false;
+	cs->timeouts = 0;
+	if (rpc->cc && idx >= cs->high_tx) {
 		uint64_t sent = cs->tx_ns[idx % s->credits_max];
 		if (rpc->now_ns > sent)
 			timely_update(&s->timely, (double)(rpc->now_ns - sent) / 1000.0, rpc->now_ns);
@@ -217,7 +222,7 @@ void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info 
 		}
 		idx = cs->req_pkts - 1 + pi->pkt_num;
 	}
-	if (idx != cs->num_rx || idx >= cs->num_tx) {
+	if (idx != cs->num_rx || idx >= cs->high_tx) {
 		log_debug("session %u: answer %u out of order (rx %u tx %u, %s %u)", s->num, idx,
 			  cs->num_rx, cs->num_tx, pi->type == PKT_CR ? "credit return" : "response",
 			  pi->pkt_num);
@@ -272,11 +277,20 @@ void client_check_timeouts(struct rpc *rpc)
 	for (struct session *s = rpc->active; s; s = s->active_next) {
 		for (uint32_t i = 0; i < s->n_client_slots; i++) {
 			struct client_slot *cs = &s->cslots[i];
-			if (cs->busy && cs->num_tx > cs->num_rx && rpc->now_ns - cs->progress_ns >= rto) {
+			/* Back off while nothing comes back: a peer that is only
+			 * descheduled should not be flooded with copies. */
+			uint64_t wait = rto << (cs->timeouts < 6 ? cs->timeouts : 6);
+			if (cs->busy && cs->num_tx > cs->num_rx && rpc->now_ns - cs->progress_ns >= wait) {
 				log_debug("session %u slot %u: timeout after %llu us, going back from %u to %u (request %u packets, response %u)",
 					  s->num, i, (unsigned long long)((rpc->now_ns - cs->progress_ns) / 1000),
 					  cs->num_tx, cs->num_rx, cs->req_pkts, cs->resp_pkts);
 				client_go_back(rpc, s, cs);
+				/* Most timeouts here are a late peer, not a loss: one
+				 * packet finds out which, and its answer reopens the
+				 * window (a real loss costs one round trip more). */
+				cs->probing = true;
+				if (cs->timeouts < UINT8_MAX)
+					cs->timeouts++;
 				client_push(rpc, s, cs);
 			}
 		}

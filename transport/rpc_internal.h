@@ -43,6 +43,8 @@
 struct client_slot {
 	bool busy;
 	bool rolled_back;  /* went back since the last in-order answer */
+	bool probing;      /* after a timeout: one packet out until it is answered */
+	uint8_t timeouts;  /* in a row without progress: the timeout doubles */
 	bool flush_needed; /* retransmitted: the nic may still read req */
 	uint8_t req_type;
 	uint32_t epoch;    /* bumped at each rollback and completion */
@@ -56,8 +58,9 @@ struct client_slot {
 	struct msgbuf *resp; /* reassembly buffer for a multi-packet response */
 	uint32_t num_tx;     /* packets of the sequence sent (or in the wheel) */
 	uint32_t num_rx;     /* answers accepted, in order */
-	uint32_t rtt_from;   /* answers below this index may be for a packet
-				sent twice: no RTT sample from them (Karn) */
+	uint32_t high_tx;    /* sequence indices below this were sent before:
+				sending one again is a retransmission, and its
+				answer gives no RTT sample (Karn) */
 	uint64_t progress_ns;
 	uint64_t *tx_ns;     /* send time per sequence index, ring of credits */
 };

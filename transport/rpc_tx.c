@@ -61,6 +61,10 @@ void tx_ctrl(struct rpc *rpc, struct session *s, const struct pkt_info *info)
 void tx_client_packet(struct rpc *rpc, struct session *s, struct client_slot *cs, uint32_t idx)
 {
 	cs->tx_ns[idx % s->credits_max] = rpc->now_ns;
+	if (idx < cs->high_tx)
+		stats_inc(rpc->st->retransmits);
+	else
+		cs->high_tx = idx + 1;
 	/* The retransmission timer runs from when the oldest unanswered packet
 	 * really left, not from when pacing queued it. */
 	if (idx == cs->num_rx)

@@ -34,6 +34,7 @@ extern const struct scenario scen_stream[];
 extern const struct scenario scen_options[];
 extern const struct scenario scen_ready[];
 extern const struct scenario scen_fortify[];
+extern const struct scenario scen_misc[];
 
 /* Synchronisation with the other role over pipes (never sockets). */
 void sync_send(struct peer *p);

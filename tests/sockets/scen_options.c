@@ -143,6 +143,91 @@ static void v6_client(struct peer *p)
 	close(fd);
 }
 
+/* ---- wildcard_listeners: 0.0.0.0 and dual-stack [::] listeners, names as dialled -- */
+
+static int wild_listener(struct peer *p, int family)
+{
+	int l = socket(family, SOCK_STREAM, 0);
+	if (l < 0)
+		die(p, "socket");
+	if (family == AF_INET6) {
+		setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &(int){0}, sizeof(int));
+		struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+		if (bind(l, (struct sockaddr *)&a, sizeof(a)))
+			die(p, "bind [::]");
+	} else {
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+		if (bind(l, (struct sockaddr *)&a, sizeof(a)))
+			die(p, "bind 0.0.0.0");
+	}
+	if (listen(l, 8))
+		die(p, "listen");
+	return l;
+}
+
+static void wild_server(struct peer *p)
+{
+	int l4 = wild_listener(p, AF_INET), l6 = wild_listener(p, AF_INET6);
+	uint16_t ports[2] = {sock_port(p, l4), 0};
+	struct sockaddr_in6 a6;
+	socklen_t len = sizeof(a6);
+	getsockname(l6, (struct sockaddr *)&a6, &len);
+	ports[1] = ntohs(a6.sin6_port);
+	sync_send_data(p, ports, sizeof(ports));
+
+	int fd = tcp_accept(p, l4);
+	struct sockaddr_in self4;
+	len = sizeof(self4);
+	getsockname(fd, (struct sockaddr *)&self4, &len);
+	expect_str(p, "any4_local_addr", inet_ntoa(self4.sin_addr), "127.0.0.2");
+	close(fd);
+
+	struct sockaddr_in6 peer6, self6;
+	socklen_t plen = sizeof(peer6);
+	fd = accept(l6, (struct sockaddr *)&peer6, &plen);
+	if (fd < 0)
+		die(p, "accept [::]");
+	expect_int(p, "dual_peer_family", peer6.sin6_family, AF_INET6);
+	expect_true(p, "dual_peer_v4mapped", IN6_IS_ADDR_V4MAPPED(&peer6.sin6_addr));
+	char text[INET6_ADDRSTRLEN];
+	inet_ntop(AF_INET6, &peer6.sin6_addr, text, sizeof(text));
+	expect_str(p, "dual_peer_addr", text, "::ffff:127.0.0.1");
+	len = sizeof(self6);
+	getsockname(fd, (struct sockaddr *)&self6, &len);
+	inet_ntop(AF_INET6, &self6.sin6_addr, text, sizeof(text));
+	expect_str(p, "dual_local_addr", text, "::ffff:127.0.0.1");
+	expect_true(p, "dual_local_port", ntohs(self6.sin6_port) == ports[1]);
+	char buf[4];
+	expect_rc(p, "dual_read", read_full(fd, buf, 4), 4, 0);
+	close(fd);
+	close(l4);
+	close(l6);
+}
+
+static void wild_client(struct peer *p)
+{
+	uint16_t ports[2];
+	sync_recv_data(p, ports, sizeof(ports));
+	/* Any loopback address reaches a 0.0.0.0 listener. */
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(ports[0])};
+	inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+	expect_rc(p, "connect_127_0_0_2", connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, 0);
+	struct sockaddr_in peer;
+	socklen_t len = sizeof(peer);
+	getpeername(fd, (struct sockaddr *)&peer, &len);
+	expect_str(p, "any4_peer_addr", inet_ntoa(peer.sin_addr), "127.0.0.2");
+	close(fd);
+	/* An IPv4 client reaches a dual-stack [::] listener. */
+	fd = tcp_connect(p, ports[1]);
+	len = sizeof(peer);
+	getpeername(fd, (struct sockaddr *)&peer, &len);
+	expect_int(p, "dual_peer_family", peer.sin_family, AF_INET);
+	expect_true(p, "dual_peer_port", ntohs(peer.sin_port) == ports[1]);
+	expect_rc(p, "dual_send", send(fd, "dual", 4, 0), 4, 0);
+	close(fd);
+}
+
 /* ---- options: the common options answer as the kernel does ------------------------ */
 
 static int get_int(int fd, int level, int name)
@@ -532,6 +617,7 @@ static void fork_client(struct peer *p)
 const struct scenario scen_options[] = {
 	{"names", names_server, names_client, false},
 	{"ipv6", v6_server, v6_client, false},
+	{"wildcard_listeners", wild_server, wild_client, false},
 	{"options", options_server, options_client, false},
 	{"reuseport", reuseport_server, reuseport_client, false},
 	{"fcntl_flags", fcntl_server, fcntl_client, false},

@@ -438,9 +438,6 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 	return rc;
 }
 
-/* An epoll fd is being watched from outside (nested or polled): keep its
- * wake-up fd readable whenever ferry items are ready. */
-void epoll_mark_watched(struct ffile *f);
 void epoll_mark_watched(struct ffile *f)
 {
 	struct fepoll *ep = f->priv;

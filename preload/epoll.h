@@ -36,6 +36,10 @@ void epoll_file_kernelize(struct ffile *f);
  * in the kernel instances too, so plain clients' connections show. */
 void epoll_file_hybrid(struct ffile *f);
 
+/* An epoll fd is being watched from outside (inside another epoll, or
+ * polled): its wake-up fd is kept readable whenever ferry items are ready. */
+void epoll_mark_watched(struct ffile *f);
+
 /* The implementations behind the interposed calls; -errno on failure.
  * timeout NULL waits forever. */
 int fepoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);

@@ -151,6 +151,7 @@ static void ferry_start_locked(void)
 	rc = fdtab.slots ? 0 : fdtable_init(&fdtab, 0);
 	if (rc) {
 		log_warn("ferry cannot start: no fd table (%s); sockets use the kernel", strerror(-rc));
+		ferry.unavailable = true;
 		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
 		return;
 	}
@@ -159,7 +160,7 @@ static void ferry_start_locked(void)
 	struct nexus *nx = nexus_create(&ferry.cfg, &nerr, msg, sizeof(msg));
 	if (!nx) {
 		log_warn("ferry cannot start (%s); sockets use the kernel", msg);
-		stats_inc(ferry_local_stats.fallback_unavailable);
+		ferry.unavailable = true;
 		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
 		return;
 	}
@@ -175,6 +176,7 @@ static void ferry_start_locked(void)
 		rc = progress_start(ferry.rpc, &ferry.cfg);
 	if (rc) {
 		log_warn("ferry cannot start: %s; sockets use the kernel", strerror(-rc));
+		ferry.unavailable = true;
 		__atomic_store_n(&ferry.stats, NULL, __ATOMIC_RELEASE);
 		nexus_destroy(nx);
 		ferry.nx = NULL;

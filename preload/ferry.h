@@ -3,7 +3,9 @@
  * call, from FERRY_* (an invalid value is refused with a message naming the
  * variable, and ferry then stays pass-through). Counters are dumped as JSON
  * to FERRY_STATS (%p = pid) at exit, and on demand while running when the
- * process gets SIGRTMIN+7 (see ferry_stats_signal).
+ * process gets SIGRTMIN+7 (`kill -s RTMIN+7 PID`; written by the progress
+ * thread, installed only when FERRY_STATS is set and the application has
+ * no handler of its own for that signal).
  */
 #ifndef FERRY_PRELOAD_FERRY_H
 #define FERRY_PRELOAD_FERRY_H
@@ -32,6 +34,7 @@ struct ferry_proc {
 	struct mgmt *mgmt;
 	struct ferry_stats *stats;
 	const char *transport;
+	bool unavailable; /* enabled, but could not start: connects are counted */
 };
 
 extern struct ferry_proc ferry;

@@ -5,13 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "preload/epoll.h"
 #include "preload/export.h"
 #include "preload/fdtable.h"
 #include "preload/libc.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
-
-void epoll_mark_watched(struct ffile *f);
 
 #define POLL_STACK 32
 

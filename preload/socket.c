@@ -662,10 +662,26 @@ FERRY_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *alen)
 	return accept4(fd, addr, alen, 0);
 }
 
+/* A TCP connect while ferry could not start: counted, so the counters say
+ * why nothing was carried. Only then is the socket's type asked. */
+static void count_unavailable(int fd, const struct sockaddr *addr)
+{
+	int type = 0;
+	socklen_t tl = sizeof(type);
+	if (addr && (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) &&
+	    libc()->getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM) {
+		stats_inc(ferry_stats()->fallbacks);
+		stats_inc(ferry_stats()->fallback_unavailable);
+	}
+}
+
 FERRY_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal()) {
+		if (__builtin_expect(ferry.unavailable, 0) && !ferry_internal())
+			count_unavailable(fd, addr);
 		return libc()->connect(fd, addr, len);
+	}
 	struct ffile *f = sock_get(fd);
 	if (!f)
 		return libc()->connect(fd, addr, len);

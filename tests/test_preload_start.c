@@ -103,6 +103,31 @@ Test(start, disabled_means_pass_through, .timeout = 20)
 	close(fd);
 }
 
+Test(start, when_ferry_cannot_start_connections_are_counted_as_fallbacks, .timeout = 20)
+{
+	/* No verbs device on a test host: the ib datapath cannot open. */
+	setenv("FERRY_TRANSPORT", "ib", 1);
+	setenv("FERRY_LOG", "error", 1);
+	setenv("FERRY_DEVICE", "ferry-test-no-such-device", 1);
+	int lis = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_geq(lis, 0);
+	cr_assert_eq(ferry_state(), FERRY_OFF);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	cr_assert_eq(bind(lis, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(lis, 4), 0);
+	socklen_t al = sizeof(a);
+	getsockname(lis, (struct sockaddr *)&a, &al);
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(c, (struct sockaddr *)&a, sizeof(a)), 0, "the kernel carries it");
+	int u = socket(AF_INET, SOCK_DGRAM, 0);
+	cr_assert_eq(connect(u, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(ferry_stats()->fallback_unavailable, 1, "the TCP connect, not the UDP one");
+	cr_assert_eq(ferry_stats()->fallbacks, 1);
+	close(u);
+	close(c);
+	close(lis);
+}
+
 Test(start, ineligible_sockets_do_not_start_ferry, .timeout = 20)
 {
 	env_udp();

@@ -698,12 +698,12 @@ void listener_remove(struct rpc *rpc, struct listener *l)
 static void respond(struct rpc *rpc, struct rpc_req *req, const void *body, uint32_t len)
 {
 	struct msgbuf *m = rpc_resp_msg(rpc, req, len);
-	if (!m) {
-		log_warn("no memory for a stream answer; the peer will retry");
-		return;
+	if (m) {
+		memcpy(m->buf, body, len);
+		msgbuf_resize(m, len);
 	}
-	memcpy(m->buf, body, len);
-	msgbuf_resize(m, len);
+	/* Without a buffer the transport lets the requester retry; the handle
+	 * must be given back either way. */
 	rpc_respond(rpc, req);
 }
 
@@ -849,8 +849,10 @@ static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_
 		return;
 	for (uint32_t i = 0; i < st_used; i++) {
 		struct stream *s = st_slots[i];
+		/* A peer that had shut its side (FIN) and then went away closed
+		 * cleanly: reads end in EOF, writes fail; no reset to report. */
 		if (s && s->session == session)
-			stream_fail(s, ECONNRESET);
+			stream_fail(s, s->rx_fin ? 0 : ECONNRESET);
 	}
 }
 

@@ -258,4 +258,21 @@ END {
 			" (" ratio(p50[m[i], "GET c1"], p50["kernel", "GET c1"]) " of kernel)"
 	print line
 	print "syscalls/req: the server'"'"'s system calls (strace -c -f, all threads) per request answered."
-}' "$results"
+	# The issue'"'"'s targets for the udp datapath on this machine, checked for every transport.
+	for (i = 2; i <= nm; i++) {
+		t = m[i]
+		print ""
+		print "targets, " t ":"
+		target(t, "p50 at -c 1 at most 1/3 of kernel (GET)",
+		       p50[t, "GET c1"] > 0 && p50[t, "GET c1"] * 3 <= p50["kernel", "GET c1"])
+		target(t, "throughput at -c 50 at least kernel (SET and GET)",
+		       rps[t, "SET c50"] >= rps["kernel", "SET c50"] && rps[t, "GET c50"] >= rps["kernel", "GET c50"])
+		target(t, "-k 0 at least 2x kernel (SET and GET)",
+		       rps[t, "SET c50k0"] >= 2 * rps["kernel", "SET c50k0"] && rps[t, "GET c50k0"] >= 2 * rps["kernel", "GET c50k0"])
+		if (sys[t, "c50"] != "" && sys["kernel", "c50"] != "")
+			target(t, "server syscalls/req at -c 50 at most half the kernel'"'"'s",
+			       sys[t, "c50"] * 2 <= sys["kernel", "c50"])
+	}
+}
+function target(t, what, ok) { printf "  %-58s %s\n", what, ok ? "met" : "MISSED" }
+' "$results"

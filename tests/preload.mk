@@ -15,7 +15,7 @@ FERRY_INTEGRATION_TESTS = tests/integration/ferry_run.sh tests/integration/redis
 	tests/integration/mixed.sh tests/integration/kill.sh
 TESTS += $(FERRY_INTEGRATION_TESTS)
 EXTRA_DIST += $(FERRY_INTEGRATION_TESTS)
-# The same tests over another datapath: make check-transport FERRY_TEST_TRANSPORT=softib
+# The same tests over other datapaths: make check-transport FERRY_TEST_TRANSPORT='udp softib'
 check-transport:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='tests/sockets/check.sh $(FERRY_INTEGRATION_TESTS)' \
 		FERRY_TEST_TRANSPORT='$(FERRY_TEST_TRANSPORT)'

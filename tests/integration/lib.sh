@@ -2,8 +2,9 @@
 # process bookkeeping with cleanup on any exit, free ports, counter sums.
 #
 # Environment: FERRY_TEST_BUILDDIR / FERRY_TEST_SRCDIR (set by make check),
-# FERRY_TEST_TRANSPORT (udp by default; softib once it exists) or the first
-# argument of the test script, FERRY_TEST_KEEP=1 keeps the work directory.
+# FERRY_TEST_TRANSPORT (udp by default; a list such as "udp softib" runs the
+# script once per transport) or the first argument of the test script,
+# FERRY_TEST_KEEP=1 keeps the work directory.
 # The transport "kernel" runs the same steps with nothing preloaded and no
 # counter checks: it validates a script itself, never ferry.
 
@@ -14,6 +15,24 @@ srcdir=${FERRY_TEST_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 transport=${1:-${FERRY_TEST_TRANSPORT:-udp}}
 ferry_run=$builddir/ferry-run
 test_name=$(basename "$0" .sh)
+
+# A list of transports ("udp softib") runs the whole script once per transport.
+case $transport in
+*" "*)
+	[ $# -gt 0 ] && shift
+	all_rc=77
+	for t in $transport; do
+		FERRY_TEST_TRANSPORT=$t sh "$0" "$t" "$@"
+		rc=$?
+		if [ $rc -eq 0 ]; then
+			[ $all_rc -eq 77 ] && all_rc=0
+		elif [ $rc -ne 77 ]; then
+			all_rc=1
+		fi
+	done
+	exit $all_rc
+	;;
+esac
 
 # Nothing the caller set may leak into the runs we compare.
 unset LD_PRELOAD FERRY_ENABLE FERRY_TRANSPORT FERRY_PORTS FERRY_STATS FERRY_PEERS 2>/dev/null

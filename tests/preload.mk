@@ -12,7 +12,7 @@ check_PROGRAMS += tests/integration/tcpcat tests/integration/connhold
 tests_integration_tcpcat_SOURCES = tests/integration/tcpcat.c
 tests_integration_connhold_SOURCES = tests/integration/connhold.c
 FERRY_INTEGRATION_TESTS = tests/integration/ferry_run.sh tests/integration/redis.sh tests/integration/memcached.sh \
-	tests/integration/mixed.sh tests/integration/kill.sh
+	tests/integration/mixed.sh tests/integration/kill.sh tests/integration/idle.sh
 TESTS += $(FERRY_INTEGRATION_TESTS)
 EXTRA_DIST += $(FERRY_INTEGRATION_TESTS)
 # The same tests over other datapaths: make check-transport FERRY_TEST_TRANSPORT='udp softib'

@@ -132,6 +132,10 @@ static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt,
 		return rc;
 	struct iovec *base = cur.v;
 	size_t want = iov_total(iov, iovcnt), done = 0;
+	if (want == 0) {
+		cursor_free(&cur, base);
+		return 0; /* as tcp_recvmsg: nothing asked, nothing waited for */
+	}
 	int sflags = flags & (MSG_PEEK | MSG_TRUNC);
 	ssize_t n;
 	for (;;) {

@@ -478,6 +478,16 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 {
 	struct fsock *sk = f->priv;
 	const struct libc_fns *c = libc();
+	if (f->kind == FFILE_SOCK) {
+		/* The placeholder of a stream is an unconnected socket the kernel
+		 * would let listen: answer as for the connected socket it stands
+		 * for. */
+		ferry_lock();
+		bool connected = sk->state == FSOCK_STREAM || sk->state == FSOCK_CONNECTING;
+		ferry_unlock();
+		if (connected)
+			return -EINVAL;
+	}
 	if (c->listen(fd, backlog) != 0)
 		return -errno;
 	if (f->kind == FFILE_DEAD || ferry_state() != FERRY_ON)

@@ -20,22 +20,66 @@ void rxbuf_free(struct rxbuf *rb)
 {
 	free(rb->ring);
 	rb->ring = NULL;
+	rb->size = 0;
 }
 
 static void ring_copy_in(struct rxbuf *rb, uint64_t seq, const uint8_t *src, size_t len)
 {
-	size_t off = (size_t)(seq & (rb->cap - 1));
-	size_t first = rb->cap - off < len ? rb->cap - off : len;
+	size_t off = (size_t)(seq & (rb->size - 1));
+	size_t first = rb->size - off < len ? rb->size - off : len;
 	memcpy(rb->ring + off, src, first);
 	memcpy(rb->ring, src + first, len - first);
 }
 
 static void ring_copy_out(const struct rxbuf *rb, uint64_t seq, uint8_t *dst, size_t len)
 {
-	size_t off = (size_t)(seq & (rb->cap - 1));
-	size_t first = rb->cap - off < len ? rb->cap - off : len;
+	size_t off = (size_t)(seq & (rb->size - 1));
+	size_t first = rb->size - off < len ? rb->size - off : len;
 	memcpy(dst, rb->ring + off, first);
 	memcpy(dst + first, rb->ring, len - first);
+}
+
+/* Makes the ring hold [head, end): a larger power of two, bytes kept at
+ * their sequence numbers. */
+static int ring_reserve(struct rxbuf *rb, uint64_t end)
+{
+	uint64_t span = end - rb->head;
+	if (rb->ring && span <= rb->size)
+		return 0;
+	uint32_t size = rb->size ? rb->size : RXBUF_MIN_RING;
+	while (size < span)
+		size <<= 1;
+	if (size > rb->cap)
+		size = rb->cap;
+	uint8_t *ring = malloc(size);
+	if (!ring)
+		return -ENOMEM;
+	if (rb->ring) {
+		/* Everything held lies in [head, head + old size). */
+		struct rxbuf old = *rb;
+		rb->ring = ring;
+		rb->size = size;
+		uint8_t tmp[4096];
+		for (uint64_t seq = old.head; seq < old.head + old.size;) {
+			size_t n = old.head + old.size - seq < sizeof(tmp) ? (size_t)(old.head + old.size - seq)
+									   : sizeof(tmp);
+			ring_copy_out(&old, seq, tmp, n);
+			ring_copy_in(rb, seq, tmp, n);
+			seq += n;
+		}
+		free(old.ring);
+	} else {
+		rb->ring = ring;
+		rb->size = size;
+	}
+	return 0;
+}
+
+/* Drained with no hole pending: give the memory back. */
+static void ring_release_if_empty(struct rxbuf *rb)
+{
+	if (rb->ring && rb->tail == rb->head && rb->nooo == 0)
+		rxbuf_free(rb);
 }
 
 /* Records [lo, hi) past tail, merging neighbours. */
@@ -78,13 +122,11 @@ int rxbuf_put(struct rxbuf *rb, uint64_t seq, const void *data, size_t len)
 		p += rb->tail - seq;
 		seq = rb->tail;
 	}
-	if (!rb->ring) {
-		rb->ring = malloc(rb->cap);
-		if (!rb->ring)
-			return -ENOMEM;
-	}
+	int rc = ring_reserve(rb, end);
+	if (rc)
+		return rc;
 	if (seq > rb->tail) {
-		int rc = ooo_add(rb, seq, end);
+		rc = ooo_add(rb, seq, end);
 		if (rc)
 			return rc;
 		ring_copy_in(rb, seq, p, (size_t)(end - seq));
@@ -119,8 +161,10 @@ size_t rxbuf_read(struct rxbuf *rb, const struct iovec *iov, int iovcnt, bool pe
 		ring_copy_out(rb, seq + done, iov[i].iov_base, n);
 		done += n;
 	}
-	if (!peek)
+	if (!peek) {
 		rb->head += done;
+		ring_release_if_empty(rb);
+	}
 	return done;
 }
 
@@ -130,5 +174,6 @@ size_t rxbuf_skip(struct rxbuf *rb, size_t n)
 	if (n > avail)
 		n = avail;
 	rb->head += n;
+	ring_release_if_empty(rb);
 	return n;
 }

@@ -16,8 +16,13 @@
  * requests in flight, so more than this means a broken peer. */
 #define RXBUF_HOLES_MAX 64
 
+/* Smallest ring allocated; rings grow up to the window and are freed when
+ * drained, so an idle stream holds no buffer (as a kernel socket). */
+#define RXBUF_MIN_RING 4096u
+
 struct rxbuf {
-	uint8_t *ring;   /* cap bytes, allocated on the first byte */
+	uint8_t *ring;   /* size bytes, or NULL while nothing is held */
+	uint32_t size;   /* a power of two, <= cap */
 	uint32_t cap;    /* the window: a power of two */
 	uint64_t head;   /* next byte the application reads */
 	uint64_t tail;   /* end of the bytes received in order */

@@ -158,3 +158,41 @@ Test(rxbuf, window_update_after_a_quarter_read)
 	read_all(out, sizeof(out), false);
 	cr_assert(rxbuf_update_due(&rb, advertised));
 }
+
+Test(rxbuf, a_drained_buffer_holds_no_memory)
+{
+	cr_assert_null(rb.ring, "nothing allocated before the first byte");
+	rxbuf_put(&rb, 0, "abc", 3);
+	cr_assert_not_null(rb.ring);
+	uint8_t out[3];
+	read_all(out, 3, false);
+	cr_assert_null(rb.ring, "an idle stream keeps no buffer, as a kernel socket");
+	rxbuf_put(&rb, 3, "def", 3);
+	read_all(out, 3, false);
+	cr_assert_arr_eq(out, "def", 3);
+}
+
+Test(rxbuf, the_ring_grows_to_the_window_keeping_holes)
+{
+	struct rxbuf big;
+	rxbuf_init(&big, 1u << 16);
+	static uint8_t data[1u << 16];
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 31 + 7);
+	/* Small pieces first (a small ring), with a hole, then a far piece
+	 * that needs the whole window. */
+	cr_assert_eq(rxbuf_put(&big, 100, data + 100, 100), 0);
+	cr_assert_eq(rxbuf_put(&big, 0, data, 50), 0);
+	cr_assert_leq(big.size, RXBUF_MIN_RING);
+	cr_assert_eq(rxbuf_put(&big, 60000, data + 60000, sizeof(data) - 60000), 0);
+	cr_assert_eq(big.size, big.cap);
+	cr_assert_eq(rxbuf_put(&big, 50, data + 50, 50), 0);
+	cr_assert_eq(rxbuf_put(&big, 200, data + 200, 60000 - 200), 0);
+	cr_assert_eq(rxbuf_avail(&big), sizeof(data));
+	static uint8_t out[1u << 16];
+	struct iovec v = {out, sizeof(out)};
+	cr_assert_eq(rxbuf_read(&big, &v, 1, false), sizeof(data));
+	cr_assert_arr_eq(out, data, sizeof(data));
+	cr_assert_null(big.ring);
+	rxbuf_free(&big);
+}

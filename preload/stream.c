@@ -788,6 +788,12 @@ static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		return;
 	}
 	size_t len = m->data_size - sizeof(*w);
+	/*
+	 * One copy, here, as the kernel makes one. DESIGN.md hoped to hand the
+	 * receive buffer itself to the stream, but rpc.h gives a request's
+	 * msgbuf only for the handler's duration (the transport reassembles
+	 * and recycles it), so keeping it would need a transport change.
+	 */
 	int rc = rxbuf_put(&s->rx, w->value, m->buf + sizeof(*w), len);
 	if (rc) {
 		log_warn("stream %u: DATA at %llu+%zu refused (%d): resetting", s->sid,

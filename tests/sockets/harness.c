@@ -420,13 +420,22 @@ static bool scenario_run(const char *self, const struct scenario *s, bool verbos
 			if (pfd[i].revents)
 				child_drain(&kids[map[i]]);
 	}
+	bool hung[2] = {false, false};
 	for (int i = 0; i < 2; i++) {
-		if (timed_out)
+		/* Only a role still running at the deadline is the one that hung. */
+		if (timed_out && waitpid(kids[i].pid, &kids[i].status, WNOHANG) == 0) {
+			hung[i] = true;
 			kill(kids[i].pid, SIGKILL);
-		while (waitpid(kids[i].pid, &kids[i].status, 0) < 0 && errno == EINTR)
-			;
-		if (kids[i].out >= 0)
-			close(kids[i].out);
+		}
+		if (!timed_out || hung[i])
+			while (waitpid(kids[i].pid, &kids[i].status, 0) < 0 && errno == EINTR)
+				;
+		if (kids[i].out >= 0) {
+			/* What it printed before the deadline; a grandchild may hold the pipe. */
+			fcntl(kids[i].out, F_SETFL, O_NONBLOCK);
+			while (kids[i].out >= 0)
+				child_drain(&kids[i]);
+		}
 	}
 
 	bool ok = !timed_out;
@@ -438,7 +447,7 @@ static bool scenario_run(const char *self, const struct scenario *s, bool verbos
 		int st = c->status;
 		bool died_as_planned = i == 0 && s->server_dies && WIFSIGNALED(st) &&
 				       WTERMSIG(st) == SIGKILL;
-		if (timed_out) {
+		if (hung[i]) {
 			printf("%s %s TIMEOUT after %d ms   # FAIL\n", s->name, role, ROLE_DEADLINE_MS);
 		} else if (WIFSIGNALED(st) && !died_as_planned) {
 			printf("%s %s killed by signal %s   # FAIL\n", s->name, role,

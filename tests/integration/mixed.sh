@@ -50,4 +50,23 @@ check_transport fserver
 counter_ge "ferry server kernel_accepts" "$(stat_sum kernel_accepts fserver)" 7
 counter_ge "ferry server streams_accepted" "$(stat_sum streams_accepted fserver)" 2
 counter_ge "ferry client streams_connected" "$(stat_sum streams_connected fcli2)" 2
+# --- both ends preloaded, but the port is outside FERRY_PORTS, or ferry is disabled
+port3=$(free_port)
+bg fserver3 "$ferry_run" --transport "$transport" --ports 1-1023 \
+	--stats "$work/stats-fserver3-%p.json" redis-server --port "$port3" --bind 127.0.0.1 \
+	--save "" --appendonly no --protected-mode no --daemonize no
+fserver3=$last_pid
+wait_listen "$port3"
+ported() { timeout 60 "$ferry_run" --transport "$transport" --ports 1-1023 --stats "$work/stats-fcli3-%p.json" "$@"; }
+roundtrip ported "$port3"
+log "port outside FERRY_PORTS: works"
+disabled() { timeout 60 "$ferry_run" --transport "$transport" --disable --stats "$work/stats-off-%p.json" "$@"; }
+roundtrip disabled "$port3"
+log "FERRY_ENABLE=0 client: works"
+kill -TERM "$fserver3"
+wait_exit "$fserver3" 30 || fail "the port-filtered redis-server exited with an error"
+counter_ge "client fallback_port_filtered" "$(stat_sum fallback_port_filtered fcli3)" 2
+counter_eq "client streams_connected outside FERRY_PORTS" "$(stat_sum streams_connected fcli3)" 0
+counter_eq "server streams_accepted outside FERRY_PORTS" "$(stat_sum streams_accepted fserver3)" 0
+counter_eq "streams carried with ferry disabled" "$(stat_sum streams_connected off)" 0
 echo "PASS: mixed plain and ferry ends ($transport)"

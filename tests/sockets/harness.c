@@ -379,6 +379,56 @@ static long now_ms(void)
 	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
+/*
+ * With FERRY_TEST_PATHS=FILE (and FERRY_STATS, as check.sh sets), appends the
+ * path each role's connections took, from the counters ferry wrote at its
+ * exit: "scenario role connected=N accepted=N fallbacks=N kernel_accepts=N",
+ * or "scenario role no-counters". Kept out of stdout, which must match the
+ * kernel run line for line.
+ */
+static long stats_key(const char *json, const char *key)
+{
+	char pat[64];
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	const char *at = strstr(json, pat);
+	return at ? strtol(at + strlen(pat), NULL, 10) : -1;
+}
+
+static void paths_record(const struct scenario *s, const char *role, pid_t pid)
+{
+	const char *out = getenv("FERRY_TEST_PATHS"), *tmpl = getenv("FERRY_STATS");
+	if (!out || !tmpl)
+		return;
+	char path[1024];
+	size_t n = 0;
+	for (const char *c = tmpl; *c && n + 16 < sizeof(path); c++) {
+		if (c[0] == '%' && c[1] == 'p') {
+			n += (size_t)snprintf(path + n, sizeof(path) - n, "%d", (int)pid);
+			c++;
+		} else {
+			path[n++] = *c;
+		}
+	}
+	path[n] = '\0';
+	char json[8192] = "";
+	FILE *f = fopen(path, "r");
+	if (f) {
+		size_t len = fread(json, 1, sizeof(json) - 1, f);
+		json[len] = '\0';
+		fclose(f);
+	}
+	FILE *o = fopen(out, "a");
+	if (!o)
+		return;
+	if (json[0])
+		fprintf(o, "%s %s connected=%ld accepted=%ld fallbacks=%ld kernel_accepts=%ld\n", s->name,
+			role, stats_key(json, "streams_connected"), stats_key(json, "streams_accepted"),
+			stats_key(json, "fallbacks"), stats_key(json, "kernel_accepts"));
+	else
+		fprintf(o, "%s %s no-counters\n", s->name, role);
+	fclose(o);
+}
+
 /* Runs both roles; returns true when both passed. */
 static bool scenario_run(const char *self, const struct scenario *s, bool verbose)
 {
@@ -460,6 +510,7 @@ static bool scenario_run(const char *self, const struct scenario *s, bool verbos
 			ok = false;
 		}
 		free(c->text);
+		paths_record(s, role, c->pid);
 	}
 	return ok;
 }

@@ -986,13 +986,29 @@ static int fcntl_impl(int fd, int cmd, long arg)
 			dup_follow(f, rc);
 		break;
 	case F_GETFL:
+		/* A socket's status is O_RDWR plus what F_SETFL set: kept here,
+		 * so the common get-then-set costs no system call. */
+		if (f->kind == FFILE_SOCK) {
+			rc = __atomic_load_n(&f->status, __ATOMIC_RELAXED);
+			break;
+		}
 		rc = c->fcntl(fd, cmd);
-		if (rc >= 0)
-			rc = (rc & ~O_NONBLOCK) | (__atomic_load_n(&f->status, __ATOMIC_RELAXED) &
-						   O_NONBLOCK);
 		break;
 	case F_SETFL:
-		file_set_nonblock(f, (arg & O_NONBLOCK) != 0);
+		if (f->kind == FFILE_SOCK) {
+			int keep = O_APPEND | O_ASYNC | O_DIRECT | O_NOATIME | O_NONBLOCK;
+			__atomic_store_n(&f->status, O_RDWR | ((int)arg & keep), __ATOMIC_RELAXED);
+			/* A stream's placeholder is never used by the kernel; others
+			 * (a socket that may still fall back, a listener) keep the
+			 * kernel in step, a listener always non-blocking there. */
+			struct fsock *sk = f->priv;
+			if (__atomic_load_n(&sk->state, __ATOMIC_RELAXED) == FSOCK_STREAM) {
+				rc = 0;
+				break;
+			}
+		} else {
+			file_set_nonblock(f, (arg & O_NONBLOCK) != 0);
+		}
 		rc = c->fcntl(fd, cmd, f->hybrid ? arg | O_NONBLOCK : arg);
 		break;
 	default:

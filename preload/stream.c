@@ -80,7 +80,8 @@ static struct listener *listeners;
 #define ACK_PENDING_MAX 256
 static struct {
 	struct rpc_req *req;
-	struct stream *s;
+	struct stream *s; /* referenced; NULL for an unknown stream */
+	int status;
 } ack_pending[ACK_PENDING_MAX];
 static unsigned ack_npending;
 static bool st_tx_pending;
@@ -764,14 +765,35 @@ unsigned stream_run_once(struct rpc *rpc)
 	unsigned n = ack_npending;
 	for (unsigned i = 0; i < n; i++) {
 		struct stream *s = ack_pending[i].s;
+		if (!s) {
+			respond_ack(rpc, ack_pending[i].req, ack_pending[i].status, 0);
+			continue;
+		}
 		s->rx_advertised = s->rx.head;
-		respond_ack(rpc, ack_pending[i].req, 0, s->rx.head);
+		respond_ack(rpc, ack_pending[i].req, ack_pending[i].status, s->rx.head);
 		stream_put(s);
 	}
 	ack_npending = 0;
 	if (n)
 		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 	return n;
+}
+
+/* Queues the answer for after the pass (see stream_run_once). */
+static void answer_later(struct rpc *rpc, struct rpc_req *req, struct stream *s, int status)
+{
+	if (ack_npending == ACK_PENDING_MAX) {
+		if (s)
+			s->rx_advertised = s->rx.head;
+		respond_ack(rpc, req, status, s ? s->rx.head : 0);
+		return;
+	}
+	ack_pending[ack_npending].req = req;
+	ack_pending[ack_npending].s = s;
+	ack_pending[ack_npending].status = status;
+	ack_npending++;
+	if (s)
+		s->refs++;
 }
 
 static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
@@ -803,15 +825,7 @@ static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		respond_ack(rpc, req, -ECONNRESET, 0);
 		return;
 	}
-	if (ack_npending < ACK_PENDING_MAX) {
-		ack_pending[ack_npending].req = req;
-		ack_pending[ack_npending].s = s;
-		ack_npending++;
-		s->refs++;
-	} else {
-		s->rx_advertised = s->rx.head;
-		respond_ack(rpc, req, 0, s->rx.head);
-	}
+	answer_later(rpc, req, s, 0);
 	stream_notify(s, EPOLLIN);
 }
 
@@ -826,7 +840,7 @@ static void handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx)
 	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
 	uint8_t type = rpc_req_type(req);
 	if (!s) {
-		respond_ack(rpc, req, type == STREAM_REQ_WINDOW ? -ECONNRESET : 0, 0);
+		answer_later(rpc, req, NULL, type == STREAM_REQ_WINDOW ? -ECONNRESET : 0);
 		return;
 	}
 	switch (type) {
@@ -845,7 +859,7 @@ static void handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		stream_fail(s, ECONNRESET);
 		break;
 	}
-	respond_ack(rpc, req, 0, s->rx.head);
+	answer_later(rpc, req, s, 0);
 }
 
 static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_event ev, int err,

@@ -35,6 +35,7 @@ extern const struct scenario scen_options[];
 extern const struct scenario scen_ready[];
 extern const struct scenario scen_fortify[];
 extern const struct scenario scen_misc[];
+extern const struct scenario scen_flow[];
 
 /* Synchronisation with the other role over pipes (never sockets). */
 void sync_send(struct peer *p);

@@ -1,0 +1,256 @@
+/*
+ * Scenarios: flow between and within streams: full-duplex bulk transfer,
+ * streams that do not block each other, writability coming back after a
+ * full window, and what a reset looks like to SO_ERROR, poll and epoll.
+ */
+#include "autoconfig.h"
+
+#include "tests/sockets/harness.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum { DUPLEX = 24 << 20 };
+
+/* ---- duplex_bulk: both ends send 24 MB at once, each reading in a thread ------ */
+
+struct pump {
+	struct peer *p;
+	int fd;
+	size_t done;
+	bool intact;
+};
+
+static void *pump_read(void *v)
+{
+	struct pump *r = v;
+	unsigned char *buf = malloc(1 << 20);
+	r->intact = true;
+	while (r->done < DUPLEX) {
+		ssize_t n = read(r->fd, buf, 1 << 20);
+		if (n <= 0)
+			break;
+		r->intact = r->intact && pattern_check(buf, (size_t)n, r->done);
+		r->done += (size_t)n;
+	}
+	free(buf);
+	return NULL;
+}
+
+static void duplex_run(struct peer *p, int fd)
+{
+	struct pump r = {.p = p, .fd = fd};
+	pthread_t th;
+	pthread_create(&th, NULL, pump_read, &r);
+	unsigned char *buf = malloc(1 << 20);
+	size_t sent = 0;
+	while (sent < DUPLEX) {
+		pattern_fill(buf, 1 << 20, sent);
+		sent += write_all(p, fd, buf, 1 << 20);
+	}
+	free(buf);
+	pthread_join(th, NULL);
+	expect_int(p, "sent", (long)sent, DUPLEX);
+	expect_int(p, "received", (long)r.done, DUPLEX);
+	expect_true(p, "intact", r.intact);
+}
+
+static void duplex_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	duplex_run(p, fd);
+	sync_send(p);
+	sync_wait(p);
+	close(fd);
+}
+
+static void duplex_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	duplex_run(p, fd);
+	sync_wait(p);
+	sync_send(p);
+	close(fd);
+}
+
+/* ---- streams_independent: a stalled stream does not hold up its sibling ------- */
+
+static void indep_server(struct peer *p)
+{
+	int stalled = tcp_accept(p, p->lfd);
+	int live = tcp_accept(p, p->lfd);
+	/* Never read "stalled" until the end: its window stays full. */
+	char buf[64];
+	int echoed = 0;
+	for (int i = 0; i < 100; i++) {
+		if (read_full(live, buf, 64) != 64 || send(live, buf, 64, 0) != 64)
+			break;
+		echoed++;
+	}
+	expect_int(p, "live_echoes", echoed, 100);
+	sync_wait(p);
+	char *drain = malloc(1 << 20);
+	while (recv(stalled, drain, 1 << 20, MSG_DONTWAIT) > 0)
+		;
+	free(drain);
+	close(live);
+	close(stalled);
+}
+
+static void indep_client(struct peer *p)
+{
+	int stalled = tcp_connect(p, p->port);
+	int live = tcp_connect(p, p->port);
+	set_nonblock(p, stalled, true);
+	char *junk = calloc(1, 1 << 16);
+	size_t queued = 0;
+	for (ssize_t n; (n = send(stalled, junk, 1 << 16, 0)) > 0;)
+		queued += (size_t)n;
+	expect_true(p, "stalled_window_full", errno == EAGAIN && queued > 0);
+	char buf[64], back[64];
+	int good = 0;
+	for (int i = 0; i < 100; i++) {
+		memset(buf, i, sizeof(buf));
+		if (send(live, buf, 64, 0) != 64 || read_full(live, back, 64) != 64)
+			break;
+		good += !memcmp(buf, back, 64);
+	}
+	expect_int(p, "live_round_trips", good, 100);
+	free(junk);
+	sync_send(p);
+	close(live);
+	close(stalled);
+}
+
+/* ---- epollout_after_drain: a full window, then EPOLLOUT (LT and ET) when drained */
+
+static void drain_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	sync_wait(p); /* the client's window is full */
+	char *buf = malloc(1 << 20);
+	size_t total;
+	sync_recv_data(p, &total, sizeof(total));
+	size_t got = 0;
+	while (got < total) {
+		ssize_t n = read(fd, buf, 1 << 20);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	/* The client may already have sent 100 more bytes after the drain. */
+	expect_true(p, "drained_all", got >= total);
+	free(buf);
+	sync_wait(p);
+	close(fd);
+}
+
+static void drain_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	set_nonblock(p, fd, true);
+	int lt = epoll_create1(0), et = epoll_create1(0);
+	struct epoll_event ev = {.events = EPOLLOUT};
+	epoll_ctl(lt, EPOLL_CTL_ADD, fd, &ev);
+	ev.events = EPOLLOUT | EPOLLET;
+	epoll_ctl(et, EPOLL_CTL_ADD, fd, &ev);
+	struct epoll_event out;
+	expect_rc(p, "writable_at_start_et", epoll_wait(et, &out, 1, 5000), 1, 0);
+	char *junk = calloc(1, 1 << 16);
+	size_t total = 0;
+	for (ssize_t n; (n = send(fd, junk, 1 << 16, 0)) > 0;)
+		total += (size_t)n;
+	expect_rc(p, "full_lt", epoll_wait(lt, &out, 1, 150), 0, 0);
+	expect_rc(p, "full_et", epoll_wait(et, &out, 1, 0), 0, 0);
+	sync_send(p);
+	sync_send_data(p, &total, sizeof(total));
+	expect_rc(p, "writable_again_lt", epoll_wait(lt, &out, 1, 10000), 1, 0);
+	expect_int(p, "writable_again_lt_events", out.events, EPOLLOUT);
+	expect_rc(p, "writable_again_et", epoll_wait(et, &out, 1, 10000), 1, 0);
+	expect_rc(p, "send_again", send(fd, junk, 100, 0), 100, 0);
+	free(junk);
+	sync_send(p);
+	close(lt);
+	close(et);
+	close(fd);
+}
+
+/* ---- reset_seen: SO_ERROR, poll and epoll after a reset, before any read ------- */
+
+static void seen_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	struct linger l = {.l_onoff = 1, .l_linger = 0};
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+	sync_wait(p);
+	close(fd);
+	sync_send(p);
+}
+
+static void seen_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	int ep = epoll_create1(0);
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP};
+	epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+	sync_send(p);
+	sync_wait(p);
+	/* Wait for the reset itself (it makes the socket readable), then look at everything. */
+	expect_true(p, "readable", wait_for(fd, POLLIN) & POLLIN);
+	struct pollfd all = {.fd = fd, .events = POLLIN | POLLOUT | POLLRDHUP};
+	poll(&all, 1, 0);
+	expect_int(p, "poll_revents", all.revents, POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP);
+	struct epoll_event out;
+	expect_rc(p, "epoll", epoll_wait(ep, &out, 1, 5000), 1, 0);
+	expect_int(p, "epoll_events", out.events, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP | EPOLLRDHUP);
+	int err = -1;
+	socklen_t len = sizeof(err);
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+	expect_int(p, "so_error", err, ECONNRESET);
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+	expect_int(p, "so_error_consumed", err, 0);
+	char c;
+	expect_rc(p, "recv_after_so_error", recv(fd, &c, 1, 0), 0, 0);
+	close(ep);
+	close(fd);
+}
+
+/* ---- shutdown_rdwr: both directions at once ------------------------------------ */
+
+static void rdwr_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	char c;
+	expect_rc(p, "eof", read(fd, &c, 1), 0, 0);
+	sync_send(p);
+	sync_wait(p);
+	close(fd);
+}
+
+static void rdwr_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	expect_rc(p, "shutdown_rdwr", shutdown(fd, SHUT_RDWR), 0, 0);
+	expect_rc(p, "send_after", send(fd, "x", 1, MSG_NOSIGNAL), -1, EPIPE);
+	char c;
+	expect_rc(p, "recv_after", recv(fd, &c, 1, 0), 0, 0);
+	sync_wait(p); /* the peer saw EOF */
+	expect_rc(p, "shutdown_again", shutdown(fd, SHUT_RDWR), 0, 0);
+	sync_send(p);
+	close(fd);
+}
+
+const struct scenario scen_flow[] = {
+	{"duplex_bulk", duplex_server, duplex_client, false},
+	{"streams_independent", indep_server, indep_client, false},
+	{"epollout_after_drain", drain_server, drain_client, false},
+	{"reset_seen", seen_server, seen_client, false},
+	{"shutdown_rdwr", rdwr_server, rdwr_client, false},
+	{NULL, NULL, NULL, false},
+};

@@ -8,8 +8,11 @@
 #include "tests/sockets/harness.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -246,11 +249,212 @@ static void rdwr_client(struct peer *p)
 	close(fd);
 }
 
+/* ---- tiny_writes: 20,000 sends of 1-7 bytes, read back one byte at a time ----- */
+
+enum { TINY_SENDS = 20000 };
+
+static void tiny_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	size_t total;
+	sync_recv_data(p, &total, sizeof(total));
+	size_t got = 0;
+	bool good = true;
+	unsigned char c;
+	while (got < total && recv(fd, &c, 1, 0) == 1) {
+		good = good && pattern_check(&c, 1, got);
+		got++;
+	}
+	expect_true(p, "all_bytes_in_order", got == total && good);
+	close(fd);
+}
+
+static void tiny_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
+	unsigned char buf[8];
+	size_t off = 0;
+	int ok = 0;
+	for (int i = 0; i < TINY_SENDS; i++) {
+		size_t len = (size_t)(i % 7) + 1;
+		pattern_fill(buf, len, off);
+		if (send(fd, buf, len, 0) == (ssize_t)len)
+			ok++;
+		off += len;
+	}
+	expect_int(p, "sends", ok, TINY_SENDS);
+	sync_send_data(p, &off, sizeof(off));
+	char c;
+	expect_rc(p, "eof", read(fd, &c, 1), 0, 0);
+	close(fd);
+}
+
+/* ---- concurrent_senders: two threads' small sends stay whole and in order ------ */
+
+enum { RECORDS = 2000, RECORD = 64 };
+
+struct sender {
+	int fd;
+	unsigned char tag;
+	int sent;
+};
+
+static void *sender_run(void *v)
+{
+	struct sender *s = v;
+	unsigned char rec[RECORD];
+	for (int i = 0; i < RECORDS; i++) {
+		memset(rec, s->tag, RECORD);
+		memcpy(rec + 1, &i, sizeof(i));
+		if (send(s->fd, rec, RECORD, 0) == RECORD)
+			s->sent++;
+	}
+	return NULL;
+}
+
+static void senders_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	int next[2] = {0, 0}, bad = 0;
+	unsigned char rec[RECORD];
+	for (int n = 0; n < 2 * RECORDS; n++) {
+		if (read_full(fd, rec, RECORD) != RECORD) {
+			bad++;
+			break;
+		}
+		int t = rec[0] == 'A' ? 0 : rec[0] == 'B' ? 1 : -1;
+		int seq;
+		memcpy(&seq, rec + 1, sizeof(seq));
+		bool whole = t >= 0 && rec[RECORD - 1] == rec[0] && rec[RECORD / 2] == rec[0];
+		if (!whole || seq != next[t]) {
+			/* Diagnostics on stderr: stdout must stay canonical. */
+			if (!bad++)
+				fprintf(stderr, "concurrent_senders: record %d: tag 0x%02x seq %d, expected seq %d,"
+					" %s\n", n, rec[0], seq, t >= 0 ? next[t] : -1,
+					whole ? "whole" : "torn (bytes of several sends mixed)");
+		} else {
+			next[t]++;
+		}
+	}
+	expect_int(p, "records_whole_in_order", next[0] + next[1], 2 * RECORDS);
+	expect_int(p, "bad_records", bad, 0);
+	close(fd);
+}
+
+static void senders_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	struct sender a = {.fd = fd, .tag = 'A'}, b = {.fd = fd, .tag = 'B'};
+	pthread_t ta, tb;
+	pthread_create(&ta, NULL, sender_run, &a);
+	pthread_create(&tb, NULL, sender_run, &b);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	expect_int(p, "sent", a.sent + b.sent, 2 * RECORDS);
+	close(fd);
+}
+
+/* ---- close_after_small_sends: 4000 small sends, close at once: all arrive ---- */
+
+static void smallclose_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	struct sender a = {.fd = fd, .tag = 'A'};
+	sender_run(&a);
+	expect_int(p, "sent", a.sent, RECORDS);
+	close(fd);
+}
+
+static void smallclose_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	unsigned char rec[RECORD];
+	int whole = 0;
+	for (int n = 0; n < RECORDS; n++) {
+		int seq;
+		if (read_full(fd, rec, RECORD) != RECORD)
+			break;
+		memcpy(&seq, rec + 1, sizeof(seq));
+		whole += rec[0] == 'A' && rec[RECORD - 1] == 'A' && seq == n;
+	}
+	expect_int(p, "records_whole_in_order", whole, RECORDS);
+	char c;
+	expect_rc(p, "eof", read(fd, &c, 1), 0, 0);
+	close(fd);
+}
+
+/* ---- concurrent_accept: two threads accept on one listener, each conn once ----- */
+
+enum { ACCEPTS = 32 };
+
+struct acceptor {
+	struct peer *p;
+	int lfd;
+	int count;
+	unsigned char seen[ACCEPTS];
+};
+
+static void *acceptor_run(void *v)
+{
+	struct acceptor *a = v;
+	for (;;) {
+		int fd = accept(a->lfd, NULL, NULL);
+		if (fd < 0)
+			break; /* the listener was shut down: done */
+		unsigned char id;
+		if (read_full(fd, &id, 1) == 1 && id < ACCEPTS) {
+			a->seen[id]++;
+			a->count++;
+		}
+		send(fd, "k", 1, 0);
+		close(fd);
+	}
+	return NULL;
+}
+
+static void accept2_server(struct peer *p)
+{
+	struct acceptor a1 = {.p = p, .lfd = p->lfd}, a2 = {.p = p, .lfd = p->lfd};
+	pthread_t t1, t2;
+	pthread_create(&t1, NULL, acceptor_run, &a1);
+	pthread_create(&t2, NULL, acceptor_run, &a2);
+	sync_wait(p); /* every connection was answered */
+	/* shutdown() on a listener wakes threads blocked in accept (Linux). */
+	shutdown(p->lfd, SHUT_RDWR);
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+	int once = 0;
+	for (int i = 0; i < ACCEPTS; i++)
+		once += a1.seen[i] + a2.seen[i] == 1;
+	expect_int(p, "accepted", a1.count + a2.count, ACCEPTS);
+	expect_int(p, "each_exactly_once", once, ACCEPTS);
+}
+
+static void accept2_client(struct peer *p)
+{
+	int answered = 0;
+	for (int i = 0; i < ACCEPTS; i++) {
+		int fd = tcp_connect(p, p->port);
+		unsigned char id = (unsigned char)i;
+		char k;
+		if (send(fd, &id, 1, 0) == 1 && read_full(fd, &k, 1) == 1)
+			answered++;
+		close(fd);
+	}
+	expect_int(p, "answered", answered, ACCEPTS);
+	sync_send(p);
+}
+
 const struct scenario scen_flow[] = {
 	{"duplex_bulk", duplex_server, duplex_client, false},
 	{"streams_independent", indep_server, indep_client, false},
 	{"epollout_after_drain", drain_server, drain_client, false},
 	{"reset_seen", seen_server, seen_client, false},
 	{"shutdown_rdwr", rdwr_server, rdwr_client, false},
+	{"tiny_writes", tiny_server, tiny_client, false},
+	{"concurrent_senders", senders_server, senders_client, false},
+	{"close_after_small_sends", smallclose_server, smallclose_client, false},
+	{"concurrent_accept", accept2_server, accept2_client, false},
 	{NULL, NULL, NULL, false},
 };

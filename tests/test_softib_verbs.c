@@ -371,6 +371,87 @@ Test(softib, keys_of_two_contexts_on_one_fabric_never_coincide)
 	}
 }
 
+Test(softib, receives_in_the_qp_area_are_written_by_the_sender)
+{
+	cr_assert_eq(softib_set_rx_area(B.ctx, 3 * 4096), 0);
+	struct ibv_qp *d = make_qp(&B, 0);
+	cr_assert_not_null(d);
+	size_t len = 0;
+	uint8_t *area = softib_qp_rx_area(d, &len);
+	cr_assert(area && len == 3 * 4096);
+	cr_assert_null(softib_qp_rx_area(B.qp, NULL), "the area was for one QP");
+	struct ibv_mr *mr = V->reg_mr(B.pd, area, len, IBV_ACCESS_LOCAL_WRITE);
+	cr_assert_not_null(mr);
+	bring_up(A.qp);
+	bring_up(d);
+	memset(area, 0xee, len);
+	memset(B.mem, 0xee, 2048);
+	struct ibv_sge s[3] = {{(uintptr_t)area, 1024, mr->lkey},
+			       {(uintptr_t)B.mem, 1024, B.mr->lkey},
+			       {(uintptr_t)area + 4096, 50, mr->lkey}};
+	for (int i = 0; i < 3; i++) {
+		struct ibv_recv_wr wr = {.wr_id = (uint64_t)i, .sg_list = &s[i], .num_sge = 1}, *bad;
+		cr_assert_eq(ibv_post_recv(d, &wr, &bad), 0);
+	}
+	for (unsigned i = 0; i < 100; i++)
+		A.mem[i] = (uint8_t)(i * 7 + 1);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(send_to(&A, ah_to_b, d->qp_num, QKEY, 0, 100, A.mr->lkey, 0, 1), 0);
+	struct softib_qp_counters k;
+	softib_qp_counters(d, &k);
+	cr_assert_eq(k.rx_pkts, 3);
+	cr_assert_eq(k.rx_direct, 1, "only the first: one outside the area, one too small");
+	cr_assert_arr_eq(area + 40, A.mem, 100, "in place before any poll");
+	struct ibv_wc wc[3];
+	cr_assert_eq(ibv_poll_cq(B.rcq, 3, wc), 3);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(wc[i].wr_id, (uint64_t)i);
+	cr_assert_eq(wc[0].status, IBV_WC_SUCCESS);
+	cr_assert_eq(wc[0].byte_len, 140);
+	cr_assert_eq(area[0] >> 4, 6, "a GRH in front");
+	struct ibv_gid_entry g;
+	V->query_gid_ex(A.ctx, 1, 3, &g);
+	cr_assert_arr_eq(area + 8, g.gid.raw, 16);
+	cr_assert_eq(area[140], 0xee, "nothing past the packet");
+	cr_assert_eq(wc[1].status, IBV_WC_SUCCESS);
+	cr_assert_arr_eq(B.mem + 40, A.mem, 100, "staged and copied at poll");
+	cr_assert_eq(wc[2].status, IBV_WC_LOC_LEN_ERR);
+	cr_assert_eq(V->destroy_qp(d), 0);
+	V->dereg_mr(mr);
+}
+
+Test(softib, a_ud_message_may_exceed_the_mtu_up_to_64k)
+{
+	struct ibv_port_attr pa;
+	cr_assert_eq(V->query_port(A.ctx, 1, &pa), 0);
+	cr_assert_eq(pa.active_mtu, IBV_MTU_4096);
+	cr_assert_eq(pa.max_msg_sz, 65536u, "softib's departure from hardware");
+	bring_up(A.qp);
+	bring_up(B.qp);
+	for (unsigned i = 0; i < 6000; i++)
+		A.mem[i] = (uint8_t)(i * 31 + 3);
+	cr_assert_eq(post_recv(&B, 0, 40 + 6000, B.mr->lkey, 1), 0);
+	cr_assert_eq(send_to(&A, ah_to_b, B.qp->qp_num, QKEY, 0, 6000, A.mr->lkey, 0, 1), 0);
+	struct ibv_wc wc;
+	cr_assert_eq(poll_one(B.rcq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+	cr_assert_eq(wc.byte_len, 6040);
+	cr_assert_arr_eq(B.mem + 40, A.mem, 6000);
+	/* Over 64 KiB is a local length error, as over the MTU is on hardware. */
+	uint8_t *big = malloc(65537);
+	struct ibv_mr *mr = V->reg_mr(A.pd, big, 65537, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge s = {(uintptr_t)big, 65537, mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 9, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .wr.ud = {.ah = ah_to_b, .remote_qpn = B.qp->qp_num,
+					   .remote_qkey = QKEY}},
+			   *bad;
+	cr_assert_eq(ibv_post_send(A.qp, &wr, &bad), 0);
+	cr_assert_eq(poll_one(A.scq, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_LOC_LEN_ERR);
+	V->dereg_mr(mr);
+	free(big);
+}
+
 Test(softib, inline_limit_is_enforced_at_post_time)
 {
 	bring_up(A.qp);

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <uthash.h>
 
+#include "compat/softib/softib.h"
 #include "transport/config.h"
 #include "transport/log.h"
 #include "transport/stats.h"
@@ -25,12 +26,16 @@
 #define IB_GRH_BYTES 40u
 /* Receive slots put the packet header at a 64-byte boundary, GRH in front. */
 #define IB_RX_HEADROOM 64u
+/* Whatever the packet size: fewer buffers would drop the windows of more
+ * sessions. With softib's 64 KiB packets that is 64 MiB of address space,
+ * touched only as far as packets reach. */
 #define IB_RQ_DEPTH 1024u
+/* softib carries UD messages up to this size (its port's max_msg_sz). */
+#define IB_SOFTIB_MAX_PKT 65536u
 #define IB_SQ_DEPTH 256u
 /* Receives go back to the NIC in post lists of at least this many... */
 #define IB_RECV_BATCH 16u
-/* ...unless fewer than this many remain posted. */
-#define IB_RECV_LOW (IB_RQ_DEPTH / 4)
+/* ...unless fewer than a quarter of the ring remain posted. */
 #define IB_TX_CHUNK 32u
 #define IB_STASH 32u
 #define IB_INLINE_WANT 256u
@@ -80,6 +85,7 @@ struct nic_ib {
 	/* Receive ring: rq_depth slots of rx_stride bytes in one region. */
 	uint8_t *rx_mem;
 	size_t rx_mem_len;
+	bool rx_in_qp; /* softib: the QP's own area, gone with the QP */
 	struct ibv_mr *rx_mr;
 	uint32_t rx_stride, rq_depth, rq_posted;
 	uint8_t *rx_state; /* enum ib_buf_state per slot */
@@ -181,7 +187,7 @@ static void ib_post_recvs(struct nic *nic, void *const *bufs, unsigned n)
 	struct nic_ib *ib = to_ib(nic);
 	for (unsigned i = 0; i < n; i++)
 		ib_recycle(ib, bufs[i]);
-	if (ib->n_pending >= IB_RECV_BATCH || ib->rq_posted < IB_RECV_LOW)
+	if (ib->n_pending >= IB_RECV_BATCH || ib->rq_posted < ib->rq_depth / 4)
 		ib_post_pending(ib);
 }
 
@@ -235,7 +241,7 @@ static unsigned ib_rx_burst(struct nic *nic, struct nic_rx *out, unsigned max)
 	}
 	if (ib->broken)
 		ib_qp_recover(ib);
-	if (ib->n_pending && (got == 0 || ib->rq_posted < IB_RECV_LOW))
+	if (ib->n_pending && (got == 0 || ib->rq_posted < ib->rq_depth / 4))
 		ib_post_pending(ib);
 	return got;
 }
@@ -700,7 +706,7 @@ static void ib_destroy(struct nic_ib *ib)
 		api->destroy_comp_channel(ib->chan);
 	if (ib->rx_mr)
 		api->dereg_mr(ib->rx_mr);
-	if (ib->rx_mem)
+	if (ib->rx_mem && !ib->rx_in_qp)
 		munmap(ib->rx_mem, ib->rx_mem_len);
 	if (ib->pd)
 		api->dealloc_pd(ib->pd);
@@ -926,6 +932,10 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 		rc = ib_fail(-EINVAL, msg, msglen, "%s reports an unknown MTU%s", dev, "");
 		goto fail;
 	}
+	/* softib carries more than its MTU in one UD message (doc/softib.md):
+	 * fewer, bigger packets where nothing is on a wire. */
+	if (ib->softib && pa.max_msg_sz > mtu)
+		mtu = pa.max_msg_sz < IB_SOFTIB_MAX_PKT ? pa.max_msg_sz : IB_SOFTIB_MAX_PKT;
 	if (cfg->mtu && cfg->mtu < mtu)
 		mtu = cfg->mtu;
 	else if (cfg->mtu > mtu)
@@ -938,7 +948,9 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 		goto fail;
 	}
 	ib->sq_depth = IB_SQ_DEPTH < (uint32_t)da.max_qp_wr ? IB_SQ_DEPTH : (uint32_t)da.max_qp_wr;
+	ib->rx_stride = IB_RX_HEADROOM + ((mtu + 63u) & ~63u);
 	ib->rq_depth = IB_RQ_DEPTH < (uint32_t)da.max_qp_wr ? IB_RQ_DEPTH : (uint32_t)da.max_qp_wr;
+	ib->rx_mem_len = (size_t)ib->rx_stride * ib->rq_depth;
 
 	errno = 0;
 	ib->pd = ib->api->alloc_pd(ib->ctx);
@@ -960,6 +972,9 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 		ib_fail(rc, msg, msglen, "completion channel of %s: fcntl: %s", dev, strerror(errno));
 		goto fail;
 	}
+	/* softib: receive buffers in the QP's ring file, written by senders. */
+	if (ib->softib && softib_set_rx_area(ib->ctx, ib->rx_mem_len))
+		log_warn("nic_ib: softib refused a receive area of %zu bytes", ib->rx_mem_len);
 	rc = ib_create_qp(ib, &da);
 	if (rc) {
 		ib_fail(rc, msg, msglen, "creating a UD QP on %s failed: %s", dev, strerror(-rc));
@@ -974,17 +989,21 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 	}
 
 	/* The receive ring: one region, registered once. */
-	ib->rx_stride = IB_RX_HEADROOM + ((mtu + 63u) & ~63u);
-	ib->rx_mem_len = (size_t)ib->rx_stride * ib->rq_depth;
-	void *mem = mmap(NULL, ib->rx_mem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			 -1, 0);
-	if (mem == MAP_FAILED) {
-		rc = -errno;
-		ib_fail(rc, msg, msglen, "receive ring: mmap: %s%s", strerror(errno), "");
-		goto fail;
+	size_t area_len = 0;
+	void *mem = ib->softib ? softib_qp_rx_area(ib->qp, &area_len) : NULL;
+	if (mem && area_len >= ib->rx_mem_len) {
+		ib->rx_in_qp = true;
+	} else {
+		mem = mmap(NULL, ib->rx_mem_len, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (mem == MAP_FAILED) {
+			rc = -errno;
+			ib_fail(rc, msg, msglen, "receive ring: mmap: %s%s", strerror(errno), "");
+			goto fail;
+		}
+		madvise(mem, ib->rx_mem_len, MADV_DONTFORK);
 	}
 	ib->rx_mem = mem;
-	madvise(mem, ib->rx_mem_len, MADV_DONTFORK);
 	ib->rx_state = calloc(ib->rq_depth, 1);
 	ib->pending = calloc(ib->rq_depth, sizeof(*ib->pending));
 	errno = 0;

@@ -19,9 +19,22 @@ struct softib_qp_counters {
 	uint64_t drop_no_recv; /* no receive posted */
 	uint64_t drop_qkey;    /* QKey mismatch */
 	uint64_t drop_state;   /* QP not in RTR or later */
+	uint64_t rx_direct;    /* written by the sender straight into a posted buffer */
 };
 
 int softib_qp_counters(struct ibv_qp *qp, struct softib_qp_counters *out);
+
+/*
+ * Receive buffers with one copy instead of two: the next QP created on ctx
+ * gets an area of len bytes (0: none) in its ring file, which its senders
+ * map. A receive posted with a single SGE inside the area (registered like
+ * any memory) is written by the sender itself, GRH and payload, instead of
+ * being staged in the ring and copied again at ibv_poll_cq.
+ */
+int softib_set_rx_area(struct ibv_context *ctx, size_t len);
+
+/* The QP's area (and its length), or NULL if it has none. */
+void *softib_qp_rx_area(struct ibv_qp *qp, size_t *len);
 
 /* Frees directory slots and rings of processes that died; returns how many. */
 unsigned softib_reclaim(struct ibv_context *ctx);

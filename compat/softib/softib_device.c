@@ -147,7 +147,7 @@ static int sib_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port
 	a->max_mtu = IBV_MTU_4096;
 	a->active_mtu = IBV_MTU_4096;
 	a->gid_tbl_len = SIB_GID_TBL;
-	a->max_msg_sz = SIB_MTU;
+	a->max_msg_sz = SIB_MAX_MSG; /* over the MTU: see SIB_MAX_MSG */
 	a->pkey_tbl_len = 1;
 	a->lid = 0;
 	a->sm_lid = 0;
@@ -332,7 +332,24 @@ int softib_qp_counters(struct ibv_qp *qp, struct softib_qp_counters *out)
 	out->drop_no_recv = __atomic_load_n(&q->shm->drop_no_recv, __ATOMIC_RELAXED);
 	out->drop_qkey = __atomic_load_n(&q->shm->drop_qkey, __ATOMIC_RELAXED);
 	out->drop_state = __atomic_load_n(&q->shm->drop_state, __ATOMIC_RELAXED);
+	out->rx_direct = __atomic_load_n(&q->shm->rx_direct, __ATOMIC_RELAXED);
 	return 0;
+}
+
+int softib_set_rx_area(struct ibv_context *ctx, size_t len)
+{
+	if (len > ((size_t)1 << 30))
+		return EINVAL;
+	sib_ctx(ctx)->next_area = (len + 4095u) & ~(size_t)4095u;
+	return 0;
+}
+
+void *softib_qp_rx_area(struct ibv_qp *qp, size_t *len)
+{
+	struct sib_qp *q = (struct sib_qp *)qp;
+	if (len)
+		*len = q->area ? q->area_len : 0;
+	return q->area;
 }
 
 int softib_fabric_remove(const char *fabric)

@@ -382,7 +382,11 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	char path[256], tmp[256];
 	sib_qp_path(fab, qpn, path, sizeof(path));
 	snprintf(tmp, sizeof(tmp), "%s/.new.%d.%06x", fab->dir, (int)getpid(), qpn);
-	size_t len = SIB_RING_OFFSET + (size_t)nslots * SIB_SLOT_SIZE;
+	/* Header, slots, the posted receives as senders see them, the area. */
+	size_t rxq_off = SIB_RING_OFFSET + (size_t)nslots * SIB_SLOT_SIZE;
+	size_t area_off = (rxq_off + (size_t)nslots * sizeof(struct sib_rxq_ent) + 4095u) &
+			  ~(size_t)4095u;
+	size_t len = area_off + c->next_area;
 	unlink(tmp);
 	/* Built aside and renamed into place with its lease already held, so a
 	 * sweep (sib_sweep_rings) never sees an unleased ring of a live QP. The
@@ -406,6 +410,9 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	q->qpn = qpn;
 	q->nslots = nslots;
 	q->leased = 1;
+	q->rxq_off = rxq_off;
+	q->area_off = area_off;
+	q->area_len = c->next_area;
 	sib_shm_lock_init(&q->lock);
 	__atomic_store_n(&q->magic, SIB_MAGIC_QP, __ATOMIC_RELEASE);
 	if (rename(tmp, path)) {
@@ -425,6 +432,9 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	sib_shm_unlock(&s->lock);
 	qp->shm = q;
 	qp->shm_len = len;
+	qp->area = c->next_area ? (uint8_t *)m + area_off : NULL;
+	qp->area_len = c->next_area;
+	c->next_area = 0; /* for one QP */
 	qp->ring_fd = fd;
 	snprintf(qp->shm_path, sizeof(qp->shm_path), "%s", path);
 	qp->qp.qp_num = qpn;
@@ -450,13 +460,16 @@ void sib_fabric_qp_destroy(struct sib_context *c, struct sib_qp *qp)
 	qp->ring_fd = -1;
 }
 
-/* The mapping of qpn's ring, opened on first use; NULL if it is gone. */
-static struct sib_qp_shm *sib_peer_ring(struct sib_context *c, uint32_t qpn)
+/* The mapping of qpn's ring (and its length), opened on first use; NULL if
+ * it is gone. */
+static struct sib_qp_shm *sib_peer_ring(struct sib_context *c, uint32_t qpn, size_t *len)
 {
 	struct sib_peer_map *pm;
 	HASH_FIND(hh, c->peers, &qpn, sizeof(qpn), pm);
-	if (pm && !__atomic_load_n(&pm->shm->dead, __ATOMIC_ACQUIRE))
+	if (pm && !__atomic_load_n(&pm->shm->dead, __ATOMIC_ACQUIRE)) {
+		*len = pm->len;
 		return pm->shm;
+	}
 	if (pm) {
 		HASH_DEL(c->peers, pm);
 		pm->next_dead = c->dead_maps;
@@ -491,6 +504,7 @@ static struct sib_qp_shm *sib_peer_ring(struct sib_context *c, uint32_t qpn)
 	pm->shm = q;
 	pm->len = (size_t)st.st_size;
 	HASH_ADD(hh, c->peers, qpn, sizeof(pm->qpn), pm);
+	*len = pm->len;
 	return q;
 }
 
@@ -546,16 +560,19 @@ static struct sib_qp_shm *sib_wire_hold(struct sib_context *c, struct sib_qp *sr
 	sib_wire_release(c, w);
 	struct sib_qp_shm *q = src->last_ring;
 	if (!q || src->last_qpn != dst_qpn || __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE)) {
+		size_t len = 0;
 		pthread_mutex_lock(&c->lock);
-		q = sib_peer_ring(c, dst_qpn);
+		q = sib_peer_ring(c, dst_qpn, &len);
 		pthread_mutex_unlock(&c->lock);
 		if (!q)
 			return NULL;
 		src->last_ring = q;
+		src->last_ring_len = len;
 		src->last_qpn = dst_qpn;
 	}
 	sib_shm_lock(&q->lock);
 	w->q = q;
+	w->len = src->last_ring_len;
 	w->qpn = dst_qpn;
 	return q;
 }
@@ -595,11 +612,33 @@ void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
 								    SIB_SLOT_SIZE);
 	slot->len = len;
 	slot->src_qpn = src->qp.qp_num;
-	memcpy(slot->sgid, sgid, 16);
-	memcpy(slot->dgid, dgid, 16);
+	/* The receive this packet will complete: in the area, and big enough,
+	 * it takes GRH and payload now (bounded by our mapping, not by what the
+	 * ring says); otherwise the packet waits in the slot for ibv_poll_cq. */
+	uint8_t *dst = NULL;
+	size_t rxq_end = q->rxq_off + (size_t)q->nslots * sizeof(struct sib_rxq_ent);
+	if (rxq_end > q->rxq_off && rxq_end <= w->len) {
+		const struct sib_rxq_ent *e = (const struct sib_rxq_ent *)(const void *)(
+			(const uint8_t *)q + q->rxq_off + (tail & (q->nslots - 1)) * sizeof(*e));
+		uint64_t off = e->off, room = e->len;
+		if (off >= rxq_end && off < w->len && room <= w->len - off &&
+		    room >= SIB_GRH + (uint64_t)len)
+			dst = (uint8_t *)q + off;
+	}
+	if (dst) {
+		sib_build_grh(dst, len, sgid, dgid);
+		dst += SIB_GRH;
+		slot->flags = SIB_SLOT_DIRECT;
+		q->rx_direct++;
+	} else {
+		memcpy(slot->sgid, sgid, 16);
+		memcpy(slot->dgid, dgid, 16);
+		slot->flags = 0;
+		dst = slot->data;
+	}
 	uint32_t off = 0;
 	for (int i = 0; i < num_sge; i++) {
-		memcpy(slot->data + off, (const void *)(uintptr_t)sge[i].addr, sge[i].length);
+		memcpy(dst + off, (const void *)(uintptr_t)sge[i].addr, sge[i].length);
 		off += sge[i].length;
 	}
 	/* Publishing is the last store, so a sender dying above leaves nothing. */

@@ -26,14 +26,17 @@
 #include <uthash.h>
 
 #define SIB_MAGIC_FABRIC 0x666572727966616bull /* "ferryfak" */
-#define SIB_MAGIC_QP 0x6665727279717032ull /* "ferryqp2": ring layout 2 */
+#define SIB_MAGIC_QP 0x6665727279717033ull /* "ferryqp3": ring layout 3 */
 #define SIB_VERSION 2u
 #define SIB_MAX_QPS 1024u /* directory slots; QPN = gen << 10 | slot */
 #define SIB_QPN_SLOT_BITS 10u
-#define SIB_MTU 4096u
+#define SIB_MTU 4096u /* the port's active MTU, as hardware reports it */
+/* What one UD send may carry: more than the MTU, softib's departure from
+ * hardware (doc/softib.md), told through the port's max_msg_sz. */
+#define SIB_MAX_MSG 65536u
 #define SIB_GRH 40u
 #define SIB_SLOT_HDR 64u
-#define SIB_SLOT_SIZE (SIB_SLOT_HDR + SIB_MTU)
+#define SIB_SLOT_SIZE (SIB_SLOT_HDR + SIB_MAX_MSG)
 #define SIB_RING_OFFSET 4096u
 #define SIB_MAX_QP_WR 4096
 #define SIB_MAX_SGE 4
@@ -72,8 +75,24 @@ struct sib_slot {
 	uint32_t src_qpn;
 	uint8_t sgid[16];
 	uint8_t dgid[16];
-	uint8_t pad[SIB_SLOT_HDR - 40];
+	uint32_t flags; /* SIB_SLOT_DIRECT */
+	uint8_t pad[SIB_SLOT_HDR - 44];
 	uint8_t data[];
+};
+/* The sender placed GRH and payload in the posted receive buffer itself
+ * (in the receiver's area); the slot carries only this header. */
+#define SIB_SLOT_DIRECT 1u
+
+/*
+ * One posted receive as senders see it, indexed by its sequence number
+ * (the value of granted when it was posted): packet number t lands in
+ * receive number t, since both sides count in order. off is the buffer's
+ * offset in the ring file when it lies in the area, else 0.
+ */
+struct sib_rxq_ent {
+	uint64_t off;
+	uint32_t len;
+	uint32_t pad;
 };
 _Static_assert(sizeof(struct sib_slot) == SIB_SLOT_HDR, "shared layout");
 
@@ -94,6 +113,8 @@ struct sib_qp_shm {
 	uint32_t rx_ready; /* state is RTR, RTS, SQD or SQE */
 	uint32_t dead;     /* destroyed or reclaimed: drop cached mappings */
 	uint32_t leased;   /* the owner holds a lease on this file (see softib_fabric.c) */
+	uint64_t rxq_off;  /* nslots struct sib_rxq_ent */
+	uint64_t area_off, area_len; /* receive buffers senders write directly */
 	uint64_t wake_cookie;
 	char wake_path[SIB_PATH_MAX];
 	/* Senders only, under lock. */
@@ -101,7 +122,7 @@ struct sib_qp_shm {
 	uint64_t snd_granted; /* senders' last look at granted */
 	uint64_t snd_head;    /* ... and at head */
 	uint64_t rx_pkts __attribute__((aligned(64)));
-	uint64_t drop_no_recv, drop_qkey, drop_state;
+	uint64_t drop_no_recv, drop_qkey, drop_state, rx_direct;
 	/* Written by senders under lock, read by the receiver: the doorbell. */
 	uint64_t tail __attribute__((aligned(64))); /* packets placed */
 	/* The receiver (the owner). */
@@ -146,6 +167,7 @@ struct sib_context {
 	struct sib_mr *mrs[SIB_MAX_MR];
 	uint32_t mr_seq;
 	uint32_t key_tag; /* top bits of every lkey of this context (softib_device.c) */
+	size_t next_area; /* area of the next QP created (softib_set_rx_area) */
 	struct sib_peer_map *peers;
 	/* Rings found dead stay mapped until close: a QP's one-entry cache
 	 * (sib_qp.last_ring) may still point into them. */
@@ -189,6 +211,7 @@ struct sib_cq {
 
 struct sib_rwqe {
 	uint64_t wr_id;
+	bool direct; /* in the area: senders write it themselves */
 	int num_sge;
 	struct ibv_sge sge[SIB_MAX_SGE];
 };
@@ -203,6 +226,8 @@ struct sib_qp {
 	uint32_t sq_psn;
 	struct sib_qp_shm *shm;
 	size_t shm_len;
+	uint8_t *area; /* in shm; NULL if none */
+	size_t area_len;
 	char shm_path[256];
 	int ring_fd; /* holds the ring's lease: the owner is alive */
 	/* Posted receives, oldest at rq_head. */
@@ -214,6 +239,7 @@ struct sib_qp {
 	/* The ring this QP sent to last, to skip the map lookup. */
 	uint32_t last_qpn;
 	struct sib_qp_shm *last_ring;
+	size_t last_ring_len;
 };
 
 static inline struct sib_context *sib_ctx(struct ibv_context *c)
@@ -240,6 +266,7 @@ bool sib_fabric_qp_live(struct sib_fabric *fab, uint32_t qpn);
  * the same QP in a row take its lock and check for a wake-up once. */
 struct sib_wire {
 	struct sib_qp_shm *q; /* locked, or NULL */
+	size_t len;           /* of its mapping: bounds what the ring says */
 	uint32_t qpn;
 };
 /* Copies a packet gathered from sge[] into dst_qpn's ring, or drops it. */
@@ -277,6 +304,8 @@ int sib_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
 int sib_destroy_qp(struct ibv_qp *qp);
 int sib_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int sib_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+/* Writes the IPv6-format GRH a RoCE v2 / IB NIC puts in front of a packet. */
+void sib_build_grh(uint8_t *grh, uint32_t len, const uint8_t *sgid, const uint8_t *dgid);
 /* Moves up to max packets from qp's ring into its posted receives. */
 int sib_qp_poll_recv(struct sib_qp *qp, struct ibv_wc *wc, int max);
 

@@ -287,7 +287,7 @@ int sib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 		}
 		enum ibv_wc_status st = IBV_WC_SUCCESS;
 		struct sib_ah *ah = (struct sib_ah *)wr->wr.ud.ah;
-		if (len > SIB_MTU)
+		if (len > SIB_MAX_MSG)
 			st = IBV_WC_LOC_LEN_ERR;
 		else if (!ah || ah->ah.pd != ibqp->pd)
 			st = IBV_WC_LOC_QP_OP_ERR;
@@ -312,6 +312,22 @@ int sib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 	}
 	sib_wire_release(c, &wire);
 	return 0;
+}
+
+/* Tells senders where receive number seq is: in the area (checked now, as
+ * the NIC would when it fetches the WQE) they write it themselves. */
+static void sib_rxq_publish(struct sib_qp *qp, struct sib_rwqe *w, uint64_t seq)
+{
+	struct sib_qp_shm *q = qp->shm;
+	struct sib_rxq_ent *e = (struct sib_rxq_ent *)(void *)((uint8_t *)q + q->rxq_off) +
+				(seq & (q->nslots - 1));
+	const struct ibv_sge *g = &w->sge[0];
+	uintptr_t lo = (uintptr_t)qp->area;
+	w->direct = qp->area && w->num_sge == 1 && g->addr >= lo && g->addr < lo + qp->area_len &&
+		    g->length <= lo + qp->area_len - g->addr &&
+		    sib_sge_ok(sib_ctx(qp->qp.context), qp->qp.pd, g, true);
+	e->off = w->direct ? g->addr - (uintptr_t)q : 0;
+	e->len = w->direct ? g->length : 0;
 }
 
 int sib_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
@@ -339,6 +355,7 @@ int sib_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_w
 		w->wr_id = wr->wr_id;
 		w->num_sge = wr->num_sge;
 		memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
+		sib_rxq_publish(qp, w, qp->shm->granted + added);
 		qp->rq_count++;
 		added++;
 	}
@@ -349,17 +366,18 @@ int sib_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_w
 	return rc;
 }
 
-/* An IPv6-format GRH, as a RoCE v2 / IB NIC writes into the first 40 bytes. */
-static void sib_build_grh(uint8_t *grh, const struct sib_slot *s)
+void sib_build_grh(uint8_t *grh, uint32_t len, const uint8_t *sgid, const uint8_t *dgid)
 {
 	uint32_t vtf = __builtin_bswap32(6u << 28);
-	uint16_t paylen = __builtin_bswap16((uint16_t)s->len);
+	/* Payload length is 16 bits: a message over 64 KiB - 1 (softib only)
+	 * says 0 here; byte_len in the completion is what counts. */
+	uint16_t paylen = __builtin_bswap16(len > 0xffffu ? 0 : (uint16_t)len);
 	memcpy(grh, &vtf, 4);
 	memcpy(grh + 4, &paylen, 2);
 	grh[6] = 0x1b; /* next header: IBA transport */
 	grh[7] = 64;   /* hop limit */
-	memcpy(grh + 8, s->sgid, 16);
-	memcpy(grh + 24, s->dgid, 16);
+	memcpy(grh + 8, sgid, 16);
+	memcpy(grh + 24, dgid, 16);
 }
 
 /* Scatters GRH + payload into the WQE's SGEs; returns the completion status. */
@@ -373,11 +391,11 @@ static enum ibv_wc_status sib_scatter(struct sib_qp *qp, const struct sib_rwqe *
 			return IBV_WC_LOC_PROT_ERR;
 		room += w->sge[i].length;
 	}
-	uint32_t len = s->len > SIB_MTU ? SIB_MTU : s->len;
+	uint32_t len = s->len > SIB_MAX_MSG ? SIB_MAX_MSG : s->len;
 	if (room < SIB_GRH + (uint64_t)len)
 		return IBV_WC_LOC_LEN_ERR;
 	uint8_t grh[SIB_GRH];
-	sib_build_grh(grh, s);
+	sib_build_grh(grh, len, s->sgid, s->dgid);
 	uint32_t off = 0, total = SIB_GRH + len;
 	for (int i = 0; i < w->num_sge && off < total; i++) {
 		uint8_t *dst = (uint8_t *)(uintptr_t)w->sge[i].addr;
@@ -414,8 +432,13 @@ int sib_qp_poll_recv(struct sib_qp *qp, struct ibv_wc *wc, int max)
 			continue;
 		}
 		struct sib_rwqe *w = &qp->rq[qp->rq_head];
-		enum ibv_wc_status st = sib_scatter(qp, w, s);
-		uint32_t len = s->len > SIB_MTU ? SIB_MTU : s->len;
+		uint32_t flags = s->flags;
+		enum ibv_wc_status st;
+		if (!(flags & SIB_SLOT_DIRECT))
+			st = sib_scatter(qp, w, s);
+		else /* already in place, if it went where this WQE points */
+			st = w->direct ? IBV_WC_SUCCESS : IBV_WC_GENERAL_ERR;
+		uint32_t len = s->len > SIB_MAX_MSG ? SIB_MAX_MSG : s->len;
 		wc[got++] = (struct ibv_wc){
 			.wr_id = w->wr_id,
 			.status = st,

@@ -321,7 +321,6 @@ struct child {
 	char *text;
 	size_t len, cap;
 	int status;
-	bool done;
 };
 
 static void child_spawn(struct child *c, const char *self, const char *role, const char *name,
@@ -349,7 +348,6 @@ static void child_spawn(struct child *c, const char *self, const char *role, con
 	c->out = out[0];
 	c->text = NULL;
 	c->len = c->cap = 0;
-	c->done = false;
 }
 
 static void child_drain(struct child *c)

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -614,6 +616,47 @@ static void fork_client(struct peer *p)
 	close(fd);
 }
 
+/* ---- high_fd: a stream dup'ed above the fd limit ferry started with ----------- */
+
+static void highfd_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	char buf[8] = {0};
+	expect_rc(p, "read", read_full(fd, buf, 4), 4, 0);
+	expect_str(p, "bytes", buf, "high");
+	expect_rc(p, "send", send(fd, "back", 4, 0), 4, 0);
+	expect_rc(p, "eof", read(fd, buf, 1), 0, 0);
+	close(fd);
+}
+
+static void highfd_client(struct peer *p)
+{
+	/* Start small, as a daemon does before it raises its own limit. */
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	rlim_t hard = rl.rlim_max;
+	rl.rlim_cur = 1024;
+	setrlimit(RLIMIT_NOFILE, &rl);
+	int fd = tcp_connect(p, p->port);
+	rl.rlim_cur = hard < 8192 ? hard : 8192;
+	expect_rc(p, "raise_limit", setrlimit(RLIMIT_NOFILE, &rl), 0, 0);
+	int target = (int)rl.rlim_cur - 10;
+	expect_true(p, "dup2_high", dup2(fd, target) == target);
+	close(fd);
+	expect_rc(p, "send_high", send(target, "high", 4, 0), 4, 0);
+	int ep = epoll_create1(0);
+	struct epoll_event ev = {.events = EPOLLIN};
+	expect_rc(p, "epoll_add_high", epoll_ctl(ep, EPOLL_CTL_ADD, target, &ev), 0, 0);
+	expect_rc(p, "epoll_high", epoll_wait(ep, &ev, 1, 5000), 1, 0);
+	struct pollfd pfd = {.fd = target, .events = POLLIN};
+	expect_rc(p, "poll_high", poll(&pfd, 1, 5000), 1, 0);
+	char buf[8] = {0};
+	expect_rc(p, "recv_high", read_full(target, buf, 4), 4, 0);
+	expect_str(p, "bytes", buf, "back");
+	close(ep);
+	close(target);
+}
+
 const struct scenario scen_options[] = {
 	{"names", names_server, names_client, false},
 	{"ipv6", v6_server, v6_client, false},
@@ -622,6 +665,7 @@ const struct scenario scen_options[] = {
 	{"reuseport", reuseport_server, reuseport_client, false},
 	{"fcntl_flags", fcntl_server, fcntl_client, false},
 	{"dup_shares_stream", dup_server, dup_client, false},
+	{"high_fd", highfd_server, highfd_client, false},
 	{"threads", threads_server, threads_client, false},
 	{"fork_child_close", fork_server, fork_client, false},
 	{NULL, NULL, NULL, false},

@@ -15,18 +15,21 @@
 #   -t         ferry transports to measure (default: udp, plus softib when
 #              ferry-run --check says it works; "none": kernel only)
 #   -n         requests per redis-benchmark test (default 20000; -P 16 runs 5x)
+#   -r         runs of each throughput figure; the median is reported (default 3)
 # Figures are noisy on a shared 2-core machine: run it on a quiet box.
 
 set -u
 builddir=$(pwd)
 transports=
 n=20000
+runs=3
 use_strace=yes
 while [ $# -gt 0 ]; do
 	case $1 in
 	-B) builddir=$2; shift 2 ;;
 	-t) transports=$2; shift 2 ;;
 	-n) n=$2; shift 2 ;;
+	-r) runs=$2; shift 2 ;;
 	--no-strace) use_strace=no; shift ;;
 	-h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "compare.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -162,6 +165,18 @@ path_mark() {
 	if [ "$c" -eq 0 ] || [ "$f" -gt 0 ]; then echo " FALLBACK($f)"; fi
 }
 
+# The median of each column of a file of runs (one run per line).
+medians() {
+	cols=$(head -1 "$1" | wc -w)
+	c=1
+	out=
+	while [ $c -le "$cols" ]; do
+		out="$out $(cut -d' ' -f$c "$1" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')"
+		c=$((c + 1))
+	done
+	echo $out
+}
+
 configs="c1:-c 1 -n $((n / 4))
 c50:-c 50 -n $n
 c50P16:-c 50 -P 16 -n $((n * 5))
@@ -174,10 +189,16 @@ for mode in $modes; do
 	echo "measuring over $mode ..." >&2
 	server_start "$mode" no redis
 	while IFS=: read -r name args; do
-		# shellcheck disable=SC2086
-		set -- $(redis_run "$mode" $args)
-		mark=$(path_mark "$mode")
-		echo "$mode redis $name $1 $2 $3 $4 $mark" >>"$results"
+		: >"$work/runs"
+		marks=
+		r=0
+		while [ $r -lt "$runs" ]; do
+			# shellcheck disable=SC2086
+			redis_run "$mode" $args >>"$work/runs"
+			marks="$marks$(path_mark "$mode")"
+			r=$((r + 1))
+		done
+		echo "$mode redis $name $(medians "$work/runs") $(echo $marks | cut -d' ' -f1)" >>"$results"
 	done <<EOF
 $configs
 EOF
@@ -196,7 +217,15 @@ EOF
 	fi
 	if [ -n "$memc" ]; then
 		server_start "$mode" no memcached
-		echo "$mode memc $memc $(memc_run "$mode") $(path_mark "$mode")" >>"$results"
+		: >"$work/runs"
+		marks=
+		r=0
+		while [ $r -lt "$runs" ]; do
+			memc_run "$mode" >>"$work/runs"
+			marks="$marks$(path_mark "$mode")"
+			r=$((r + 1))
+		done
+		echo "$mode memc $memc $(medians "$work/runs") $(echo $marks | cut -d' ' -f1)" >>"$results"
 		server_stop
 		if [ "$use_strace" = yes ]; then
 			server_start "$mode" yes memcached

@@ -13,7 +13,7 @@ cli() { # redis-cli over ferry, bounded
 		redis-cli -p "$port" "$@"
 }
 
-bgf server redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+bgf server redis-server --port "$port" --bind "127.0.0.1 ::1" --save "" --appendonly no \
 	--dir "$work" --dbfilename dump.rdb --protected-mode no --daemonize no
 server=$last_pid
 wait_listen "$port"
@@ -35,6 +35,12 @@ for size in $sizes; do
 	total=$((total + size))
 done
 log "SET/GET byte-for-byte: $(echo $sizes | wc -w) values, $total bytes"
+
+# --- the same over IPv6
+v=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+[ "$(cli -h ::1 SET v6key "$v")" = OK ] || fail "SET over ::1 failed"
+[ "$(cli -h ::1 GET v6key)" = "$v" ] || fail "GET over ::1 returned the wrong value"
+log "IPv6 (::1): SET/GET"
 
 # --- a pipeline of 10,000 commands in one connection
 awk 'BEGIN { for (i = 0; i < 10000; i++) { k = "pipe:" i; v = "value-" i;

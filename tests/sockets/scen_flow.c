@@ -446,6 +446,70 @@ static void accept2_client(struct peer *p)
 	sync_send(p);
 }
 
+/* ---- exit_without_close: a process that exits with a stream open ends it with EOF */
+
+static void exitopen_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	char buf[8] = {0};
+	expect_rc(p, "read", read_full(fd, buf, 5), 5, 0);
+	expect_str(p, "bytes", buf, "bye!!");
+	expect_rc(p, "eof", read(fd, buf, 1), 0, 0);
+	close(fd);
+}
+
+static void exitopen_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	expect_rc(p, "send", send(fd, "bye!!", 5, 0), 5, 0);
+	/* No close: exit(3) leaves it to the kernel, which sends FIN. */
+}
+
+/* ---- epoll_et_accept: edge-triggered listener, accept until EAGAIN ------------- */
+
+enum { ET_CONNS = 20 };
+
+static void etaccept_server(struct peer *p)
+{
+	set_nonblock(p, p->lfd, true);
+	int ep = epoll_create1(0);
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLET};
+	epoll_ctl(ep, EPOLL_CTL_ADD, p->lfd, &ev);
+	sync_send(p);
+	int fds[ET_CONNS], n = 0, rounds = 0;
+	while (n < ET_CONNS && rounds < 200) {
+		if (epoll_wait(ep, &ev, 1, 5000) != 1)
+			break;
+		rounds++;
+		for (;;) {
+			int fd = accept4(p->lfd, NULL, NULL, SOCK_NONBLOCK);
+			if (fd < 0)
+				break; /* EAGAIN: wait for the next edge */
+			if (n < ET_CONNS)
+				fds[n++] = fd;
+			else
+				close(fd);
+		}
+	}
+	expect_int(p, "accepted", n, ET_CONNS);
+	expect_true(p, "last_accept_eagain", accept(p->lfd, NULL, NULL) < 0 && errno == EAGAIN);
+	sync_wait(p);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	close(ep);
+}
+
+static void etaccept_client(struct peer *p)
+{
+	sync_wait(p);
+	int fds[ET_CONNS];
+	for (int i = 0; i < ET_CONNS; i++)
+		fds[i] = tcp_connect(p, p->port);
+	sync_send(p);
+	for (int i = 0; i < ET_CONNS; i++)
+		close(fds[i]);
+}
+
 const struct scenario scen_flow[] = {
 	{"duplex_bulk", duplex_server, duplex_client, false},
 	{"streams_independent", indep_server, indep_client, false},
@@ -456,5 +520,7 @@ const struct scenario scen_flow[] = {
 	{"concurrent_senders", senders_server, senders_client, false},
 	{"close_after_small_sends", smallclose_server, smallclose_client, false},
 	{"concurrent_accept", accept2_server, accept2_client, false},
+	{"exit_without_close", exitopen_server, exitopen_client, false},
+	{"epoll_et_accept", etaccept_server, etaccept_client, false},
 	{NULL, NULL, NULL, false},
 };

@@ -45,6 +45,7 @@ struct fepoll {
 	int signaled; /* atomic: wakefd holds a count */
 	int notify_fd; /* the nic's, in the kernel instance while not watched; -1 */
 	unsigned calls;
+	bool kernel_hot; /* the last look at the kernel instance found events */
 };
 
 /* Tags for our own fds in a kernel instance: addresses nothing else has. */
@@ -571,6 +572,9 @@ static int ep_kernel(struct fepoll *ep, struct epoll_event *ev, int max, int tim
 		return -errno;
 	bool notified = false;
 	k = ep_filter(ep, ev, k, &notified);
+	/* A hint shared by the instance's waiters; a stale value only moves
+	 * one look at the kernel. */
+	__atomic_store_n(&ep->kernel_hot, k > 0, __ATOMIC_RELAXED);
 	if (notified)
 		wait_progress_run();
 	return k;
@@ -594,8 +598,10 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 	int n = ep_harvest(ep, events, max);
 	if (n > 0) {
 		/* No system call when ferry has events, except now and then so
-		 * plain fds are not starved by busy ferry ones. */
-		if (n < max && ++ep->calls % EP_KERNEL_EVERY == 0) {
+		 * plain fds are not starved by busy ferry ones; every time
+		 * while the kernel side had something on the last look. */
+		if (n < max && (__atomic_load_n(&ep->kernel_hot, __ATOMIC_RELAXED) ||
+				++ep->calls % EP_KERNEL_EVERY == 0)) {
 			int k = ep_kernel(ep, events + n, max - n, 0, NULL);
 			if (k > 0)
 				n += k;

@@ -81,13 +81,21 @@ void ferry_stats_dump(void)
 		log_warn("FERRY_STATS=%s cannot be written: %s", ferry.cfg.stats_path, strerror(-rc));
 }
 
+/* How long exit may wait for written data to reach peers. */
+#define FERRY_EXIT_DRAIN_NS (2000ull * 1000000ull)
+
 static void ferry_atexit(void)
 {
 	if (ferry_state() == FERRY_ON && ferry_lock_depth == 0) {
-		/* Tell peers our streams end here, so they see EOF now rather
-		 * than a dead peer after the failure timeout. Only a try: a
-		 * thread stuck holding the endpoint must not hang the exit. */
-		uint64_t end = clock_now_ns() + 20000000ull;
+		/*
+		 * Bytes a send() accepted must reach the peer even when the
+		 * process exits right after close(), as the kernel delivers a
+		 * closed socket's buffer: send what is queued and the FINs, and
+		 * wait for the answers, bounded (a dead peer answers nothing).
+		 * Only a try for the lock: a thread stuck holding the endpoint
+		 * must not hang the exit.
+		 */
+		uint64_t end = clock_now_ns() + FERRY_EXIT_DRAIN_NS;
 		bool locked;
 		while (!(locked = rpc_trylock(ferry.rpc)) && clock_now_ns() < end)
 			sched_yield();

@@ -188,6 +188,11 @@ static ssize_t ferry_sendv(struct ffile *f, const struct iovec *iov, int iovcnt,
 	rc = cursor_init(&cur, iov, iovcnt);
 	if (rc)
 		return rc;
+	if (nonblock ? pthread_mutex_trylock(&sk->send_lock) != 0
+		     : pthread_mutex_lock(&sk->send_lock) != 0) {
+		cursor_free(&cur, cur.v);
+		return -EAGAIN; /* another thread is in the middle of a send */
+	}
 	struct iovec *base = cur.v;
 	size_t want = iov_total(iov, iovcnt), done = 0;
 	ssize_t n = 0;
@@ -214,6 +219,7 @@ static ssize_t ferry_sendv(struct ffile *f, const struct iovec *iov, int iovcnt,
 		if (n < 0)
 			break;
 	}
+	pthread_mutex_unlock(&sk->send_lock);
 	cursor_free(&cur, base);
 	if (done)
 		return (ssize_t)done;

@@ -10,6 +10,7 @@
 #ifndef FERRY_PRELOAD_SOCK_H
 #define FERRY_PRELOAD_SOCK_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -39,6 +40,9 @@ struct fsock {
 	bool linger0;     /* SO_LINGER on with a zero timeout: close resets */
 	bool nb_connect;  /* EINPROGRESS was returned: the next connect says 0 once */
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */
+	/* Held across one whole send, waits included, so two threads' sends
+	 * never interleave inside a record (a small send is never torn). */
+	pthread_mutex_t send_lock;
 	struct sockaddr_storage dst;
 	socklen_t dst_len;
 };

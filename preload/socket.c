@@ -187,6 +187,7 @@ static int sock_adopt(int fd, int domain, int type)
 	}
 	sk->file = f;
 	sk->domain = domain;
+	pthread_mutex_init(&sk->send_lock, NULL);
 	f->priv = sk;
 	f->release = sock_release;
 	f->status = O_RDWR | ((type & SOCK_NONBLOCK) ? O_NONBLOCK : 0);

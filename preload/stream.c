@@ -869,10 +869,11 @@ static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_
 		return;
 	for (uint32_t i = 0; i < st_used; i++) {
 		struct stream *s = st_slots[i];
-		/* A peer that had shut its side (FIN) and then went away closed
-		 * cleanly: reads end in EOF, writes fail; no reset to report. */
+		/* A peer that had shut its side (FIN) and sent everything before
+		 * it went away closed cleanly: reads end in EOF, writes fail; no
+		 * reset to report. Anything missing is a reset. */
 		if (s && s->session == session)
-			stream_fail(s, s->rx_fin ? 0 : ECONNRESET);
+			stream_fail(s, s->rx_fin && s->rx.tail >= s->fin_seq ? 0 : ECONNRESET);
 	}
 }
 

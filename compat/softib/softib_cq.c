@@ -7,6 +7,7 @@
  * is armed, so the fast path makes no system call.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,16 @@ int sib_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	}
 	if (cq->n_rqps)
 		cq->rr = (cq->rr + 1) % cq->n_rqps;
+	/* This "NIC" is the sending process: on a host with more runnable
+	 * threads than cores it may be queued behind our busy-polling. A long
+	 * run of empty polls gives the core up once; with a core to itself the
+	 * caller gets it straight back. */
+	if (got)
+		cq->empty_polls = 0;
+	else if (++cq->empty_polls >= SIB_YIELD_AFTER) {
+		cq->empty_polls = 0;
+		sched_yield();
+	}
 	return got;
 }
 

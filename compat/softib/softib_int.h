@@ -47,6 +47,8 @@
 #define SIB_KEY_TAG_MASK 0xfffu
 #define SIB_GID_TBL 4
 #define SIB_PATH_MAX 108
+/* Empty polls of a CQ in a row before it yields the CPU (tens of us). */
+#define SIB_YIELD_AFTER 256u
 
 struct sib_dir_entry {
 	uint32_t qpn;
@@ -207,6 +209,7 @@ struct sib_cq {
 	unsigned n_rqps, rr;
 	struct sib_cq *next_on_channel;
 	unsigned events, acked;
+	unsigned empty_polls; /* in a row: see sib_poll_cq */
 };
 
 struct sib_rwqe {

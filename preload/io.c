@@ -203,7 +203,7 @@ static ssize_t ferry_sendv(struct ffile *f, const struct iovec *iov, int iovcnt,
 			stream_run_once(ferry.rpc);
 			n = stream_send(ferry.rpc, s, cur.v, cur.n);
 		}
-		ferry_unlock(); /* puts the requests on the wire */
+		ferry_unlock(); /* the DATA leaves at this thread's next wait */
 		if (n > 0) {
 			done += (size_t)n;
 			if (done >= want || nonblock)

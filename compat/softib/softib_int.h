@@ -10,7 +10,8 @@
  *
  * Delivery is synchronous: ibv_post_send copies the packet into the target
  * QP's ring (the "wire"), and the receiver's ibv_poll_cq copies it into the
- * posted receive buffer behind a GRH (the "DMA"). A sender may only fill a
+ * posted receive buffer behind a GRH (the "DMA") -- or, for a receive in the
+ * QP's area (softib_set_rx_area), the sender writes it there directly. A sender may only fill a
  * ring slot against a credit, and the receiver grants one credit per posted
  * receive, so a packet for a QP with no posted receive is dropped, as on a
  * real NIC, and the ring can never overflow.

@@ -607,19 +607,16 @@ void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
 			return;
 		}
 	}
-	struct sib_slot *slot = (struct sib_slot *)(void *)((uint8_t *)q + SIB_RING_OFFSET +
-							    (size_t)(tail & (q->nslots - 1)) *
-								    SIB_SLOT_SIZE);
-	slot->len = len;
-	slot->src_qpn = src->qp.qp_num;
 	/* The receive this packet will complete: in the area, and big enough,
 	 * it takes GRH and payload now (bounded by our mapping, not by what the
-	 * ring says); otherwise the packet waits in the slot for ibv_poll_cq. */
+	 * ring says) and its entry becomes the completion; otherwise the packet
+	 * waits in its slot for ibv_poll_cq. */
 	uint8_t *dst = NULL;
+	struct sib_rxq_ent *e = NULL;
 	size_t rxq_end = q->rxq_off + (size_t)q->nslots * sizeof(struct sib_rxq_ent);
 	if (rxq_end > q->rxq_off && rxq_end <= w->len) {
-		const struct sib_rxq_ent *e = (const struct sib_rxq_ent *)(const void *)(
-			(const uint8_t *)q + q->rxq_off + (tail & (q->nslots - 1)) * sizeof(*e));
+		e = (struct sib_rxq_ent *)(void *)((uint8_t *)q + q->rxq_off) +
+		    (tail & (q->nslots - 1));
 		uint64_t off = e->off, room = e->len;
 		if (off >= rxq_end && off < w->len && room <= w->len - off &&
 		    room >= SIB_GRH + (uint64_t)len)
@@ -628,12 +625,19 @@ void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
 	if (dst) {
 		sib_build_grh(dst, len, sgid, dgid);
 		dst += SIB_GRH;
-		slot->flags = SIB_SLOT_DIRECT;
+		e->len = len | SIB_RXQ_DIRECT;
+		e->src_qpn = src->qp.qp_num;
 		q->rx_direct++;
 	} else {
+		struct sib_slot *slot = (struct sib_slot *)(void *)(
+			(uint8_t *)q + SIB_RING_OFFSET +
+			(size_t)(tail & (q->nslots - 1)) * SIB_SLOT_SIZE);
+		slot->len = len;
+		slot->src_qpn = src->qp.qp_num;
 		memcpy(slot->sgid, sgid, 16);
 		memcpy(slot->dgid, dgid, 16);
-		slot->flags = 0;
+		if (e)
+			e->len = 0;
 		dst = slot->data;
 	}
 	uint32_t off = 0;

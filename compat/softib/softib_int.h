@@ -27,7 +27,7 @@
 #include <uthash.h>
 
 #define SIB_MAGIC_FABRIC 0x666572727966616bull /* "ferryfak" */
-#define SIB_MAGIC_QP 0x6665727279717033ull /* "ferryqp3": ring layout 3 */
+#define SIB_MAGIC_QP 0x6665727279717034ull /* "ferryqp4": ring layout 4 */
 #define SIB_VERSION 2u
 #define SIB_MAX_QPS 1024u /* directory slots; QPN = gen << 10 | slot */
 #define SIB_QPN_SLOT_BITS 10u
@@ -78,25 +78,27 @@ struct sib_slot {
 	uint32_t src_qpn;
 	uint8_t sgid[16];
 	uint8_t dgid[16];
-	uint32_t flags; /* SIB_SLOT_DIRECT */
-	uint8_t pad[SIB_SLOT_HDR - 44];
+	uint8_t pad[SIB_SLOT_HDR - 40];
 	uint8_t data[];
 };
-/* The sender placed GRH and payload in the posted receive buffer itself
- * (in the receiver's area); the slot carries only this header. */
-#define SIB_SLOT_DIRECT 1u
 
 /*
  * One posted receive as senders see it, indexed by its sequence number
  * (the value of granted when it was posted): packet number t lands in
- * receive number t, since both sides count in order. off is the buffer's
- * offset in the ring file when it lies in the area, else 0.
+ * receive number t, since both sides count in order. The receiver writes
+ * off (the buffer's offset in the ring file when it lies in the area, else
+ * 0) and len (its room). A sender that writes the packet there itself
+ * turns the entry into the completion: len becomes the packet's length
+ * with SIB_RXQ_DIRECT, src_qpn the sender's QP; otherwise it clears len
+ * and the packet waits in its slot. Four entries share a cache line, so a
+ * burst of small packets costs neither side a slot header each.
  */
 struct sib_rxq_ent {
 	uint64_t off;
 	uint32_t len;
-	uint32_t pad;
+	uint32_t src_qpn;
 };
+#define SIB_RXQ_DIRECT 0x80000000u
 _Static_assert(sizeof(struct sib_slot) == SIB_SLOT_HDR, "shared layout");
 
 /*

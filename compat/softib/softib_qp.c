@@ -328,6 +328,7 @@ static void sib_rxq_publish(struct sib_qp *qp, struct sib_rwqe *w, uint64_t seq)
 		    sib_sge_ok(sib_ctx(qp->qp.context), qp->qp.pd, g, true);
 	e->off = w->direct ? g->addr - (uintptr_t)q : 0;
 	e->len = w->direct ? g->length : 0;
+	e->src_qpn = 0;
 }
 
 int sib_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
@@ -421,31 +422,39 @@ int sib_qp_poll_recv(struct sib_qp *qp, struct ibv_wc *wc, int max)
 	struct sib_qp_shm *q = qp->shm;
 	uint64_t head = q->head, tail = __atomic_load_n(&q->tail, __ATOMIC_ACQUIRE);
 	int got = 0;
+	const struct sib_rxq_ent *rxq =
+		(const struct sib_rxq_ent *)(const void *)((const uint8_t *)q + q->rxq_off);
 	while (got < max && head != tail) {
-		const struct sib_slot *s =
-			(const struct sib_slot *)(const void *)((const uint8_t *)q + SIB_RING_OFFSET +
-								(size_t)(head & (q->nslots - 1)) *
-									SIB_SLOT_SIZE);
 		if (qp->rq_count == 0) {
 			/* Only after a reset raced a sender: the packet has no home. */
 			head++;
 			continue;
 		}
 		struct sib_rwqe *w = &qp->rq[qp->rq_head];
-		uint32_t flags = s->flags;
+		const struct sib_rxq_ent *e = &rxq[head & (q->nslots - 1)];
+		uint32_t len = e->len, src_qpn = e->src_qpn;
 		enum ibv_wc_status st;
-		if (!(flags & SIB_SLOT_DIRECT))
-			st = sib_scatter(qp, w, s);
-		else /* already in place, if it went where this WQE points */
+		if (len & SIB_RXQ_DIRECT) {
+			/* Already in place, if it went where this WQE points. */
+			len &= ~SIB_RXQ_DIRECT;
 			st = w->direct ? IBV_WC_SUCCESS : IBV_WC_GENERAL_ERR;
-		uint32_t len = s->len > SIB_MAX_MSG ? SIB_MAX_MSG : s->len;
+		} else {
+			const struct sib_slot *s = (const struct sib_slot *)(const void *)(
+				(const uint8_t *)q + SIB_RING_OFFSET +
+				(size_t)(head & (q->nslots - 1)) * SIB_SLOT_SIZE);
+			st = sib_scatter(qp, w, s);
+			len = s->len;
+			src_qpn = s->src_qpn;
+		}
+		if (len > SIB_MAX_MSG)
+			len = SIB_MAX_MSG;
 		wc[got++] = (struct ibv_wc){
 			.wr_id = w->wr_id,
 			.status = st,
 			.opcode = IBV_WC_RECV,
 			.byte_len = st == IBV_WC_SUCCESS ? SIB_GRH + len : 0,
 			.qp_num = qp->qp.qp_num,
-			.src_qp = s->src_qpn,
+			.src_qp = src_qpn,
 			.wc_flags = IBV_WC_GRH,
 			.pkey_index = 0,
 		};

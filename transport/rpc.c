@@ -249,6 +249,15 @@ unsigned rpc_run_once(struct rpc *rpc)
 	return n;
 }
 
+void rpc_flush(struct rpc *rpc)
+{
+	rpc->now_ns = clock_now_ns();
+	if (wheel_count(rpc->wheel))
+		tx_reap_wheel(rpc);
+	if (rpc->n_tx)
+		tx_flush(rpc);
+}
+
 void rpc_run_for_us(struct rpc *rpc, uint64_t us)
 {
 	uint64_t end = clock_now_ns() + us * 1000u;

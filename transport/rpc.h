@@ -97,6 +97,9 @@ void rpc_respond(struct rpc *rpc, struct rpc_req *req);
 /* One pass of the event loop: receive, run handlers and continuations,
  * transmit, check timers. Returns the number of packets handled. */
 unsigned rpc_run_once(struct rpc *rpc);
+/* Sends what requests and responses have queued (and paced packets now due)
+ * without receiving: one transmit system call at most. */
+void rpc_flush(struct rpc *rpc);
 /* Runs the event loop for at least us microseconds. */
 void rpc_run_for_us(struct rpc *rpc, uint64_t us);
 /* Whether any request is in flight or queued (timers must keep running). */

@@ -157,7 +157,7 @@ static void client_complete(struct rpc *rpc, struct session *s, struct client_sl
 			    const struct msgbuf *resp)
 {
 	/* The caller gets req back: nothing may still be reading it. */
-	if (rpc->n_tx)
+	if (rpc->n_tx && cs->tx_batch == rpc->tx_batch)
 		tx_flush(rpc);
 	if (cs->flush_needed)
 		nic_flush(rpc->nic);

@@ -46,6 +46,7 @@ struct client_slot {
 	bool probing;      /* after a timeout: one packet out until it is answered */
 	uint8_t timeouts;  /* in a row without progress: the timeout doubles */
 	bool flush_needed; /* retransmitted: the nic may still read req */
+	uint64_t tx_batch;  /* the batch its last packet went into (rpc->tx_batch) */
 	uint8_t req_type;
 	uint32_t epoch;    /* bumped at each rollback and completion */
 	uint64_t req_num;
@@ -91,6 +92,7 @@ struct server_slot {
 	struct msgbuf *req;    /* reassembly buffer (multi-packet requests) */
 	struct msgbuf *resp;   /* the response, kept until the next request */
 	struct msgbuf *pre_resp; /* one-packet buffer reused across requests */
+	uint64_t tx_batch;       /* the batch its last response packet went into */
 	uint32_t resp_pkts;
 	struct rpc_req handle;
 };
@@ -151,6 +153,8 @@ struct rpc {
 	struct timing_wheel *wheel;
 	struct nic_tx tx[RPC_TX_BATCH];
 	unsigned n_tx;
+	uint64_t tx_batch; /* numbers batches, so a slot knows if its packets
+			      still wait in rpc->tx (they do while equal) */
 	struct pool_chunk *ctrl_chunk; /* headers of credit returns and RFRs */
 	uint32_t ctrl_next;
 	uint64_t now_ns;        /* cached per event loop pass */

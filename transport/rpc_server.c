@@ -16,6 +16,7 @@ static void send_cr(struct rpc *rpc, struct session *s, const struct server_slot
 static void send_resp_pkt(struct rpc *rpc, struct session *s, struct server_slot *ss, uint32_t k)
 {
 	struct msgbuf *m = ss->resp;
+	ss->tx_batch = rpc->tx_batch;
 	tx_packet(rpc, s, msgbuf_pkthdr(m, k), m->lkey, m->buf + (size_t)k * s->dpp,
 		  pkt_data_len(m->data_size, s->dpp, k), m->lkey);
 }

@@ -19,6 +19,7 @@ void tx_flush(struct rpc *rpc)
 		stats_add(&rpc->st->drop_nomem, n - sent);
 	stats_add(&rpc->st->pkts_tx, sent);
 	rpc->n_tx = 0;
+	rpc->tx_batch++;
 }
 
 void tx_packet(struct rpc *rpc, struct session *s, const void *hdr, uint32_t hdr_lkey,
@@ -61,6 +62,7 @@ void tx_ctrl(struct rpc *rpc, struct session *s, const struct pkt_info *info)
 void tx_client_packet(struct rpc *rpc, struct session *s, struct client_slot *cs, uint32_t idx)
 {
 	cs->tx_ns[idx % s->credits_max] = rpc->now_ns;
+	cs->tx_batch = rpc->tx_batch;
 	if (idx < cs->high_tx)
 		stats_inc(rpc->st->retransmits);
 	else

@@ -42,9 +42,12 @@ void session_deactivate(struct rpc *rpc, struct session *s)
 
 void session_release_server_slot(struct rpc *rpc, struct server_slot *ss)
 {
-	if (ss->resp_retransmitted || (ss->resp && rpc->n_tx)) {
-		/* A duplicate answer may still be queued or on the nic. */
+	/* The response's memory is about to be reused or freed. The requester
+	 * moved on, so it received every packet once; only packets still in
+	 * our batch, or a duplicate the nic may still hold, read it now. */
+	if (ss->resp && rpc->n_tx && ss->tx_batch == rpc->tx_batch)
 		tx_flush(rpc);
+	if (ss->resp_retransmitted) {
 		nic_flush(rpc->nic);
 		ss->resp_retransmitted = false;
 	}

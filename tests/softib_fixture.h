@@ -3,7 +3,9 @@
 #define FERRY_TEST_SOFTIB_FIXTURE_H
 
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "compat/softib/softib.h"
@@ -13,6 +15,17 @@ static inline void softib_test_fabric(char *buf, size_t cap, const char *tag)
 {
 	static unsigned seq;
 	snprintf(buf, cap, "test-%d-%s-%u", (int)getpid(), tag, seq++);
+}
+
+/* fork() for tests: the child dies with the test process, so a test that
+ * fails or times out leaves no child spinning or holding QPs. */
+static inline pid_t softib_test_fork(void)
+{
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent))
+		_exit(1);
+	return pid;
 }
 
 /* Removes the fabric's files; every QP on it must be gone. */

@@ -121,7 +121,7 @@ Test(softib_crossproc, a_million_packets_between_two_processes_none_corrupted, .
 	make_pattern();
 	int sv[2];
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	pid_t pid = fork();
+	pid_t pid = softib_test_fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		close(sv[0]);

@@ -553,7 +553,7 @@ Test(softib, completion_channel_wakes_another_process)
 	cr_assert_eq(ibv_req_notify_cq(B.rcq, 0), 0);
 	int go[2];
 	cr_assert_eq(pipe(go), 0);
-	pid_t pid = fork();
+	pid_t pid = softib_test_fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		char c;
@@ -580,7 +580,7 @@ Test(softib, queues_of_a_crashed_process_are_reclaimed)
 {
 	int pfd[2];
 	cr_assert_eq(pipe(pfd), 0);
-	pid_t pid = fork();
+	pid_t pid = softib_test_fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		struct end C = {0};
@@ -621,7 +621,7 @@ Test(softib, rings_of_dead_processes_on_other_fabrics_are_swept)
 	softib_test_fabric(other, sizeof(other), "other");
 	int pfd[2];
 	cr_assert_eq(pipe(pfd), 0);
-	pid_t pid = fork();
+	pid_t pid = softib_test_fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		strcpy(fabric, other); /* open_ctx uses the fabric named here */
@@ -655,7 +655,7 @@ Test(softib, queues_of_a_process_that_execs_are_reclaimed)
 {
 	int pfd[2];
 	cr_assert_eq(pipe(pfd), 0);
-	pid_t pid = fork();
+	pid_t pid = softib_test_fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		struct end C = {0};
@@ -697,7 +697,7 @@ Test(softib, a_sender_that_dies_holding_a_ring_lock_does_not_wedge_the_ring)
 	bring_up(B.qp);
 	cr_assert_eq(post_recv(&B, 0, 1024, B.mr->lkey, 1), 0);
 	struct sib_qp_shm *ring = ((struct sib_qp *)B.qp)->shm;
-	pid_t pid = fork();
+	pid_t pid = softib_test_fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		/* What a sender killed in the middle of a copy leaves behind. */

@@ -25,9 +25,11 @@ for i in 1 2 3 4; do sizes="$sizes $(($(od -An -N4 -tu4 /dev/urandom) % 1048576 
 total=0
 for size in $sizes; do
 	head -c "$size" /dev/urandom >"$work/value"
-	reply=$(cli -x SET "key:$size" <"$work/value") || fail "SET of $size bytes: redis-cli failed"
+	reply=$(cli -x SET "key:$size" <"$work/value" 2>"$work/cli.err") ||
+		fail "SET of $size bytes: redis-cli failed: $(cat "$work/cli.err")"
 	[ "$reply" = OK ] || fail "SET of $size bytes answered '$reply'"
-	cli --raw GET "key:$size" >"$work/got" || fail "GET of $size bytes: redis-cli failed"
+	cli --raw GET "key:$size" >"$work/got" 2>"$work/cli.err" ||
+		fail "GET of $size bytes: redis-cli failed: $(cat "$work/cli.err")"
 	# redis-cli ends the raw value with a newline of its own.
 	got=$(($(wc -c <"$work/got") - 1))
 	[ "$got" -eq "$size" ] || fail "GET of $size bytes returned $got bytes"

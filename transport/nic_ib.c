@@ -1001,8 +1001,9 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 			ib_fail(rc, msg, msglen, "receive ring: mmap: %s%s", strerror(errno), "");
 			goto fail;
 		}
-		madvise(mem, ib->rx_mem_len, MADV_DONTFORK);
 	}
+	/* A forked child has no business with our receive buffers. */
+	madvise(mem, ib->rx_mem_len, MADV_DONTFORK);
 	ib->rx_mem = mem;
 	ib->rx_state = calloc(ib->rq_depth, 1);
 	ib->pending = calloc(ib->rq_depth, sizeof(*ib->pending));

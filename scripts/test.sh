@@ -1,24 +1,27 @@
 #!/bin/sh
-# Builds ferry and runs the whole test suite (make check), then the same
-# suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Builds ferry and runs the whole test suite (make check), the unit and
+# protocol tests again under valgrind, then the whole suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 [ -x configure ] || ./autogen.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 
-run_suite() { # build dir, configure flags...
-	dir=$1; shift
+run_suite() { # build dir, check target, configure flags...
+	dir=$1; target=$2; shift 2
 	mkdir -p "$dir"
-	(cd "$dir" && "$top/configure" -q "$@" && make -s -j"$jobs" &&
-	 make -s -j"$jobs" check) || {
-		for log in "$dir"/tests/*.log; do
-			grep -q '^FAIL\|^ERROR' "${log%.log}.trs" 2>/dev/null && { echo "=== $log"; tail -60 "$log"; }
+	[ -f "$dir/Makefile" ] || (cd "$dir" && "$top/configure" -q "$@")
+	(cd "$dir" && make -s -j"$jobs" && make -s -j"$jobs" $target) || {
+		for trs in $(find "$dir/tests" -name '*.trs'); do
+			grep -q '^:test-result: \(FAIL\|ERROR\)' "$trs" &&
+				{ echo "=== ${trs%.trs}.log"; tail -60 "${trs%.trs}.log"; }
 		done
 		exit 1
 	}
 }
 
-run_suite build/plain
-run_suite build/sanitizers --enable-sanitizers
+run_suite build/plain check
+run_suite build/plain check-valgrind
+run_suite build/sanitizers check --enable-sanitizers
 echo "all test suites passed"

@@ -3,6 +3,7 @@
 TEST_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
 TEST_LDADD = libferry_core.la $(CRITERION_LIBS)
 AM_TESTS_ENVIRONMENT = FERRY_TEST_BUILDDIR=$(abs_top_builddir); export FERRY_TEST_BUILDDIR; \
+	FERRY_TEST_TRANSPORT="$${FERRY_TEST_TRANSPORT:-udp softib}"; export FERRY_TEST_TRANSPORT; \
 	FERRY_TEST_SRCDIR=$(abs_top_srcdir); export FERRY_TEST_SRCDIR;
 
 include $(srcdir)/tests/transport.mk

@@ -158,6 +158,7 @@ struct rpc {
 	struct pool_chunk *ctrl_chunk; /* headers of credit returns and RFRs */
 	uint32_t ctrl_next;
 	uint64_t now_ns;        /* cached per event loop pass */
+	unsigned idle_passes;   /* passes since the clock was last read */
 	uint64_t next_timer_ns; /* next retransmission scan */
 };
 

@@ -7,6 +7,10 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,7 +23,8 @@
 #define ECHO_REQ 1 /* answered with the same bytes */
 #define HOLD_REQ 2 /* never answered */
 
-static inline struct nexus *tmu_nexus(unsigned failure_ms, unsigned heartbeat_ms)
+/* udp, errors only, and the given timeouts (0 keeps the default). */
+static inline struct ferry_config tmu_config(unsigned failure_ms, unsigned heartbeat_ms)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);
@@ -29,11 +34,22 @@ static inline struct nexus *tmu_nexus(unsigned failure_ms, unsigned heartbeat_ms
 		cfg.failure_timeout_ms = failure_ms;
 	if (heartbeat_ms)
 		cfg.heartbeat_ms = heartbeat_ms;
+	return cfg;
+}
+
+static inline struct nexus *tmu_nexus_with(const struct ferry_config *cfg)
+{
 	char msg[256] = "";
 	int err = 0;
-	struct nexus *nx = nexus_create(&cfg, &err, msg, sizeof(msg));
+	struct nexus *nx = nexus_create(cfg, &err, msg, sizeof(msg));
 	cr_assert_not_null(nx, "nexus_create: %d %s", err, msg);
 	return nx;
+}
+
+static inline struct nexus *tmu_nexus(unsigned failure_ms, unsigned heartbeat_ms)
+{
+	struct ferry_config cfg = tmu_config(failure_ms, heartbeat_ms);
+	return tmu_nexus_with(&cfg);
 }
 
 static inline struct sockaddr_in tmu_loopback(uint16_t port)
@@ -156,6 +172,77 @@ static inline int tmu_call(struct rpc *rpc, int session, uint8_t type, uint32_t 
 	rpc_free_msg(rpc, req);
 	rpc_unlock(rpc);
 	return c->status;
+}
+
+/* A forked server process: ECHO_REQ answered, HOLD_REQ held forever and
+ * announced with one byte on `held`, until it is killed. */
+struct tmu_server {
+	pid_t pid;
+	uint16_t port;
+	int held;
+};
+
+static inline void tmu_hold(struct rpc *rpc, struct rpc_req *req, void *ctx)
+{
+	(void)rpc;
+	(void)req;
+	ssize_t n = write(*(int *)ctx, "h", 1); /* never answered */
+	(void)n;
+}
+
+/* Fork before the caller has threads of its own. */
+static inline struct tmu_server tmu_server_fork(const struct ferry_config *cfg)
+{
+	int pfd[2], efd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	cr_assert_eq(pipe(efd), 0);
+	struct tmu_server s = {.pid = fork()};
+	cr_assert_geq(s.pid, 0);
+	if (s.pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(pfd[0]);
+		close(efd[0]);
+		struct nexus *nx = tmu_nexus_with(cfg);
+		uint16_t port = tmu_serve(nx);
+		struct rpc *rpc = nexus_rpc(nx);
+		int fd = efd[1];
+		rpc_lock(rpc);
+		rpc_register_handler(rpc, HOLD_REQ, tmu_hold, &fd);
+		rpc_unlock(rpc);
+		if (write(pfd[1], &port, sizeof(port)) != sizeof(port))
+			_exit(1);
+		for (;;)
+			tmu_turn(rpc);
+	}
+	close(pfd[1]);
+	close(efd[1]);
+	cr_assert_eq(read(pfd[0], &s.port, sizeof(s.port)), (ssize_t)sizeof(s.port));
+	close(pfd[0]);
+	s.held = efd[0];
+	return s;
+}
+
+/* Runs rpc's loop until the server holds n requests. */
+static inline void tmu_wait_held(struct rpc *rpc, const struct tmu_server *s, int n)
+{
+	for (int got = 0; got < n;) {
+		tmu_turn(rpc);
+		char b[64];
+		struct pollfd p = {.fd = s->held, .events = POLLIN};
+		if (poll(&p, 1, 0) > 0) {
+			ssize_t k = read(s->held, b, sizeof(b));
+			got += k > 0 ? (int)k : 0;
+		}
+	}
+}
+
+static inline void tmu_server_kill(struct tmu_server *s)
+{
+	kill(s->pid, SIGKILL);
+	int status;
+	cr_assert_eq(waitpid(s->pid, &status, 0), s->pid);
+	cr_assert(WIFSIGNALED(status));
+	close(s->held);
 }
 
 #endif

@@ -10,7 +10,6 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,65 +22,12 @@
 #define OUTSTANDING 8
 #define MAX_SIZE (1u << 20)
 
-static struct nexus *lossy_nexus(uint64_t seed)
+static struct ferry_config lossy_config(uint64_t seed)
 {
-	struct ferry_config cfg;
-	ferry_config_defaults(&cfg);
-	cfg.transport = FERRY_TRANSPORT_UDP;
-	cfg.log_level = FERRY_LOG_ERROR;
-	cfg.failure_timeout_ms = FAILURE_MS;
+	struct ferry_config cfg = tmu_config(FAILURE_MS, 0);
 	cfg.fault.drop = 0.01;
 	cfg.fault.seed = seed;
-	char msg[256] = "";
-	int err = 0;
-	struct nexus *nx = nexus_create(&cfg, &err, msg, sizeof(msg));
-	cr_assert_not_null(nx, "nexus_create: %d %s", err, msg);
-	return nx;
-}
-
-static void hold(struct rpc *rpc, struct rpc_req *req, void *ctx)
-{
-	(void)rpc;
-	(void)req;
-	ssize_t n = write(*(int *)ctx, "h", 1); /* never answered */
-	(void)n;
-}
-
-struct server {
-	pid_t pid;
-	uint16_t port;
-	int held; /* one byte per request the server holds */
-};
-
-static struct server server_start(uint64_t seed)
-{
-	int pfd[2], efd[2];
-	cr_assert_eq(pipe(pfd), 0);
-	cr_assert_eq(pipe(efd), 0);
-	struct server s = {.pid = fork()};
-	cr_assert_geq(s.pid, 0);
-	if (s.pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(pfd[0]);
-		close(efd[0]);
-		struct nexus *nx = lossy_nexus(seed);
-		uint16_t port = tmu_serve(nx);
-		struct rpc *rpc = nexus_rpc(nx);
-		int fd = efd[1];
-		rpc_lock(rpc);
-		rpc_register_handler(rpc, HOLD_REQ, hold, &fd);
-		rpc_unlock(rpc);
-		if (write(pfd[1], &port, sizeof(port)) != sizeof(port))
-			_exit(1);
-		for (;;)
-			tmu_turn(rpc);
-	}
-	close(pfd[1]);
-	close(efd[1]);
-	cr_assert_eq(read(pfd[0], &s.port, sizeof(s.port)), (ssize_t)sizeof(s.port));
-	close(pfd[0]);
-	s.held = efd[0];
-	return s;
+	return cfg;
 }
 
 static uint8_t pattern(uint32_t id, uint32_t i) { return (uint8_t)(id * 2654435761u + i * 40503u + (i >> 9)); }
@@ -151,8 +97,9 @@ static void held_done(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 Test(rpc_two_process, lossy_echo_then_server_killed, .timeout = 600)
 {
 	srand(2024);
-	struct server srv = server_start(77);
-	struct nexus *nx = lossy_nexus(78);
+	struct ferry_config scfg = lossy_config(77), ccfg = lossy_config(78);
+	struct tmu_server srv = tmu_server_fork(&scfg);
+	struct nexus *nx = tmu_nexus_with(&ccfg);
 	struct rpc *rpc = nexus_rpc(nx);
 	struct sockaddr_in a = tmu_loopback(srv.port);
 	int s = mgmt_connect(nexus_mgmt(nx), rpc, (struct sockaddr *)&a, sizeof(a), 5000);
@@ -195,15 +142,7 @@ Test(rpc_two_process, lossy_echo_then_server_killed, .timeout = 600)
 		cr_assert_eq(rpc_enqueue_request(rpc, s, HOLD_REQ, held[i], held_done, (void *)i), 0);
 	}
 	rpc_unlock(rpc);
-	for (int got = 0; got < OUTSTANDING;) {
-		tmu_turn(rpc);
-		char b[OUTSTANDING];
-		struct pollfd p = {.fd = srv.held, .events = POLLIN};
-		if (poll(&p, 1, 0) > 0) {
-			ssize_t n = read(srv.held, b, sizeof(b));
-			got += n > 0 ? (int)n : 0;
-		}
-	}
+	tmu_wait_held(rpc, &srv, OUTSTANDING);
 	cr_assert_eq(failed_pending, 0);
 	uint64_t t0 = clock_now_ns();
 	kill(srv.pid, SIGKILL);
@@ -226,16 +165,15 @@ Test(rpc_two_process, lossy_echo_then_server_killed, .timeout = 600)
 	rpc_unlock(rpc);
 
 	/* The client process is healthy: a fresh server answers it. */
-	struct server again = server_start(79);
+	struct ferry_config acfg = lossy_config(79);
+	struct tmu_server again = tmu_server_fork(&acfg);
 	a = tmu_loopback(again.port);
 	int s2 = mgmt_connect(nexus_mgmt(nx), rpc, (struct sockaddr *)&a, sizeof(a), 5000);
 	cr_assert_geq(s2, 0);
 	struct tmu_call c;
 	cr_assert_eq(tmu_call(rpc, s2, ECHO_REQ, 3000, &c), 0);
 	cr_assert_eq(c.resp_size, 3000);
-	kill(again.pid, SIGKILL);
-	waitpid(again.pid, &status, 0);
+	tmu_server_kill(&again);
 	close(srv.held);
-	close(again.held);
 	nexus_destroy(nx);
 }

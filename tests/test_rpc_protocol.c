@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/rpc_pair.h"
 #include "transport/nic.h"
@@ -265,6 +266,43 @@ ParameterizedTest(struct transport_param *tp, rpc_protocol, loss_dup_reorder_exa
 	for (unsigned i = 0; i < n; i++)
 		cr_assert_eq(h->executed[i], 1, "request %u ran %u times", i, h->executed[i]);
 	cr_assert_gt(h->p.st_a.drop_fault + h->p.st_b.drop_fault, 0);
+	cr_assert_gt(h->p.st_a.retransmits, 0);
+	teardown(h);
+}
+
+/* Timely and the wheel, forced on where auto leaves them off: paced packets
+ * whose slot went back must not be sent for the retransmission. */
+Test(rpc_protocol, paced_loss_exactly_once, .timeout = 240)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	char err[256];
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_FAULT", "drop=0.1,dup=0.05,reorder=0.05,seed=5",
+				      err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_CC", "on", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_LINK_GBPS", "1", err, sizeof(err)), 0, "%s", err);
+	cfg.rto_us = 500;
+	struct harness *h = setup("test", &cfg);
+	uint32_t dpp = rpc_max_pkt_data(h->p.a);
+	const unsigned n = 300;
+	srand(13);
+	for (unsigned i = 0; i < n; i++)
+		cr_assert_eq(send_one(h, REQ_ECHO, i, 4 + (uint32_t)rand() % (8 * dpp)), 0);
+	/* A responder that runs once every 1.5 ms: round trips above Timely's
+	 * T_high make it cut the rate, so packets go through the wheel. */
+	for (unsigned pass = 0; h->completed < n && pass < 200000; pass++) {
+		rpc_run_once(h->p.a);
+		if (pass % 8 == 0) {
+			usleep(1500);
+			rpc_run_once(h->p.b);
+		}
+	}
+	cr_assert_eq(h->completed, n, "only %u of %u completed", h->completed, n);
+	cr_assert_eq(h->failed, 0);
+	cr_assert_eq(h->verify_errors, 0);
+	for (unsigned i = 0; i < n; i++)
+		cr_assert_eq(h->executed[i], 1, "request %u ran %u times", i, h->executed[i]);
+	cr_assert_gt(h->p.st_a.pkts_paced, 0, "slow round trips must make Timely pace");
 	cr_assert_gt(h->p.st_a.retransmits, 0);
 	teardown(h);
 }

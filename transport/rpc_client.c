@@ -31,8 +31,10 @@ static void client_push(struct rpc *rpc, struct session *s, struct client_slot *
 			struct wheel_pkt wp = {.session = s->num, .slot = (uint16_t)(cs - s->cslots),
 					       .pkt_index = idx, .req_num = cs->req_num,
 					       .epoch = cs->epoch, .bytes = bytes};
-			if (wheel_insert(rpc->wheel, t, &wp) == 0)
+			if (wheel_insert(rpc->wheel, t, &wp) == 0) {
+				stats_inc(rpc->st->pkts_paced);
 				continue;
+			}
 		}
 		tx_client_packet(rpc, s, cs, idx);
 	}
@@ -61,7 +63,7 @@ static void client_start(struct rpc *rpc, struct session *s, struct client_slot 
 	cs->resp_pkts = 0;
 	cs->resp_size = 0;
 	cs->resp = NULL;
-	cs->num_tx = cs->num_rx = cs->high_tx = 0;
+	cs->num_tx = cs->num_rx = cs->high_tx = cs->rtt_from = 0;
 	cs->progress_ns = rpc->now_ns;
 	cs->epoch++;
 	struct pkt_info pi = {.type = PKT_REQ, .req_type = req_type, .dest_session = s->peer_num,
@@ -144,6 +146,7 @@ static void client_go_back(struct rpc *rpc, struct session *s, struct client_slo
 {
 	s->credits += cs->num_tx - cs->num_rx;
 	cs->num_tx = cs->num_rx;
+	cs->rtt_from = cs->high_tx;
 	cs->epoch++;
 	/* The forgotten packets' share of the pacing schedule is given back:
 	 * their wheel entries are void now. */
@@ -186,7 +189,7 @@ static void on_progress(struct rpc *rpc, struct session *s, struct client_slot *
 	cs->rolled_back = false;
 	cs->probing = false;
 	cs->timeouts = 0;
-	if (rpc->cc && idx >= cs->high_tx) {
+	if (rpc->cc && idx >= cs->rtt_from) {
 		uint64_t sent = cs->tx_ns[idx % s->credits_max];
 		if (rpc->now_ns > sent)
 			timely_update(&s->timely, (double)(rpc->now_ns - sent) / 1000.0, rpc->now_ns);

@@ -60,8 +60,9 @@ struct client_slot {
 	uint32_t num_tx;     /* packets of the sequence sent (or in the wheel) */
 	uint32_t num_rx;     /* answers accepted, in order */
 	uint32_t high_tx;    /* sequence indices below this were sent before:
-				sending one again is a retransmission, and its
-				answer gives no RTT sample (Karn) */
+				sending one again is a retransmission */
+	uint32_t rtt_from;   /* high_tx at the last rollback: answers below it
+				may be for either copy, so no RTT sample (Karn) */
 	uint64_t progress_ns;
 	uint64_t *tx_ns;     /* send time per sequence index, ring of credits */
 };

@@ -28,6 +28,7 @@
 	X(requests_tx)                                                             \
 	X(requests_rx)                                                             \
 	X(retransmits)                                                             \
+	X(pkts_paced)             /* sent through the timing wheel (Timely) */    \
 	X(drops)                                                                   \
 	X(drop_short)                                                              \
 	X(drop_magic)                                                              \

@@ -49,7 +49,7 @@ void ferry_unlock(void)
 	 * the process looks idle). */
 	if (ferry_lock_depth == 1 && stream_take_tx_pending()) {
 		stream_tx_deferred_clear();
-		stream_run_once(ferry.rpc);
+		rpc_flush(ferry.rpc);
 	}
 	if (--ferry_lock_depth == 0) {
 		rpc_unlock(ferry.rpc);
@@ -61,11 +61,14 @@ void ferry_unlock(void)
 
 void ferry_flush(void)
 {
-	if (ferry_state() != FERRY_ON || !stream_tx_deferred())
+	if (ferry_state() != FERRY_ON || (!stream_tx_deferred() && !stream_work_pending()))
 		return;
+	/* Transmit only: the wait that follows receives. Answers the
+	 * application did not fill with a reply go now, plainly. */
 	ferry_lock();
+	stream_release_held(ferry.rpc);
 	stream_tx_deferred_clear();
-	stream_run_once(ferry.rpc);
+	rpc_flush(ferry.rpc);
 	ferry_unlock();
 }
 
@@ -80,6 +83,11 @@ void ferry_stats_dump(void)
 	if (rc)
 		log_warn("FERRY_STATS=%s cannot be written: %s", ferry.cfg.stats_path, strerror(-rc));
 }
+
+/* Slots and credits per session direction when FERRY_SLOTS/FERRY_CREDITS
+ * are unset: the most slots the transport takes, and two packets each. */
+#define FERRY_PRELOAD_SLOTS 64u
+#define FERRY_PRELOAD_CREDITS 128u
 
 /* How long exit may wait for written data to reach peers. */
 #define FERRY_EXIT_DRAIN_NS (2000ull * 1000000ull)
@@ -104,7 +112,8 @@ static void ferry_atexit(void)
 			stream_fin_all(ferry.rpc);
 			do
 				stream_run_once(ferry.rpc);
-			while (rpc_busy(ferry.rpc) && clock_now_ns() < end);
+			while ((rpc_busy(ferry.rpc) || stream_tx_undelivered()) &&
+			       clock_now_ns() < end);
 			rpc_run_once(ferry.rpc); /* the last answers */
 			ferry_internal_leave();
 			rpc_unlock(ferry.rpc);
@@ -151,6 +160,14 @@ static void ferry_start_locked(void)
 		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
 		return;
 	}
+	/* Every connection between two processes rides one session, so the
+	 * session's requests in flight are all its connections' at once: a
+	 * bare RPC user's 8 slots would queue the ninth client's request
+	 * behind the first eight answers. The transport's most, unless set. */
+	if (!getenv("FERRY_SLOTS"))
+		ferry.cfg.session_slots = FERRY_PRELOAD_SLOTS;
+	if (!getenv("FERRY_CREDITS"))
+		ferry.cfg.session_credits = FERRY_PRELOAD_CREDITS;
 	ferry_dump_at_exit = ferry.cfg.stats_path[0] != '\0';
 	if (ferry_dump_at_exit && !ferry_atexit_set) {
 		ferry_atexit_set = true;

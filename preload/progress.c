@@ -29,17 +29,18 @@ static uint64_t pg_tick_ns;
 static int pg_notify_fd = -1;
 static int pg_long_sleep; /* atomic: the thread sleeps longer than a tick */
 
-static void progress_run(void)
+static unsigned progress_run(void)
 {
 	struct rpc *rpc = pg_rpc;
 	if (!rpc || !rpc_trylock(rpc))
-		return;
+		return 0;
 	ferry_internal_enter();
 	stream_tx_deferred_clear();
-	stream_run_once(rpc);
+	unsigned n = stream_run_once(rpc);
 	ferry_internal_leave();
 	rpc_unlock(rpc);
 	__atomic_store_n(&pg_last_run, clock_now_ns(), __ATOMIC_RELAXED);
+	return n;
 }
 
 /* Only a thread that holds the lock may arm; one that cannot leaves the
@@ -95,8 +96,11 @@ static char pg_efd_tag, pg_notify_tag;
 static void progress_pass(struct rpc *rpc)
 {
 	stream_tx_deferred_clear();
-	if (stream_run_once(rpc))
-		rpc_run_once(rpc);
+	stream_run_once(rpc);
+	if (stream_tx_deferred()) {
+		stream_tx_deferred_clear();
+		rpc_flush(rpc);
+	}
 }
 
 static void *progress_main(void *arg)
@@ -122,7 +126,7 @@ static void *progress_main(void *arg)
 			 * only step in when they have not for a tick. */
 			if (since >= pg_tick_ns || stream_tx_deferred())
 				progress_pass(rpc);
-			busy = rpc_busy(rpc);
+			busy = rpc_busy(rpc) || stream_work_pending();
 			if (!app_active) {
 				armed = rpc_arm_notify(rpc);
 				if (armed == 1)

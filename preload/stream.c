@@ -11,6 +11,7 @@
 
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
+#include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/rpc.h"
 #include "transport/stats.h"
@@ -24,6 +25,10 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire structs are litt
 #define STREAM_DATA_MAX (64u << 10)
 #define SID_INDEX_BITS 20
 #define SID_INDEX_MASK ((1u << SID_INDEX_BITS) - 1)
+/* How long bytes that came in an answer may go unacknowledged before a
+ * WINDOW says so: long enough that the application's next request (a
+ * client's usual next move) carries it, short against SIOCOUTQ pollers. */
+#define STREAM_ACK_DELAY_NS (1000ull * 1000ull)
 
 struct wire_addr {
 	uint16_t family;
@@ -47,20 +52,31 @@ struct wire_open_resp {
 	uint32_t pad;
 };
 
-/* DATA's header (payload follows), and WINDOW/FIN/RESET's whole body. */
+/*
+ * DATA's header (payload follows), and WINDOW/FIN/RESET's whole body. Every
+ * message, answers too, also says how far its sender has read (a window
+ * update) and received the other direction, so those ride on whatever
+ * goes anyway.
+ */
 struct wire_seg {
 	uint32_t sid;
 	uint32_t pad;
-	uint64_t value; /* DATA: sequence number; WINDOW: consumed; FIN: final seq */
+	uint64_t value;    /* DATA: sequence number; WINDOW: consumed; FIN: final seq */
+	uint64_t consumed; /* the sender's rx.head */
+	uint64_t received; /* the sender's rx.tail */
 };
-_Static_assert(sizeof(struct wire_seg) == 16, "wire layout");
+_Static_assert(sizeof(struct wire_seg) == 32, "wire layout");
 
-/* Every answer but OPEN's. */
+/* Every answer but OPEN's. An answer to DATA may carry the answering
+ * side's own bytes, starting at seq, after it (the application's reply). */
 struct wire_ack {
 	int32_t status;
 	uint32_t pad;
-	uint64_t consumed; /* the receiver's read position: a window update */
+	uint64_t consumed;
+	uint64_t received;
+	uint64_t seq;
 };
+_Static_assert(sizeof(struct wire_ack) == 32, "wire layout");
 
 struct stream_tx {
 	struct stream *s;
@@ -84,6 +100,11 @@ static struct {
 	int status;
 } ack_pending[ACK_PENDING_MAX];
 static unsigned ack_npending;
+/* Streams holding a DATA answer, streams owing an acknowledgement: lists
+ * that hold a reference each; an entry whose reason went away is dropped
+ * when next walked. */
+static struct stream *held_head, *owed_head;
+static int st_work; /* atomic: either list is non-empty (a hint) */
 static bool st_tx_pending;
 /* DATA waits for the application's next wait (epoll_wait, poll, a blocking
  * call) so replies to many connections leave in one batch. Atomic: read
@@ -98,6 +119,16 @@ bool stream_tx_deferred(void)
 void stream_tx_deferred_clear(void)
 {
 	__atomic_store_n(&st_tx_deferred, false, __ATOMIC_RELEASE);
+}
+
+bool stream_work_pending(void)
+{
+	return __atomic_load_n(&st_work, __ATOMIC_RELAXED) != 0;
+}
+
+static void work_update(void)
+{
+	__atomic_store_n(&st_work, held_head || owed_head, __ATOMIC_RELAXED);
 }
 
 bool stream_take_tx_pending(void)
@@ -237,10 +268,62 @@ int stream_take_error(struct stream *s)
 	return e;
 }
 
+/* What a message to the peer says about our receive side. */
+static void stream_tell(struct stream *s, uint64_t *consumed, uint64_t *received)
+{
+	*consumed = s->rx_advertised = s->rx.head;
+	*received = s->rx_told = s->rx.tail;
+}
+
+/* The peer's word on our direction: how far it has read and received. */
+static void stream_heard(struct stream *s, uint64_t consumed, uint64_t received)
+{
+	if (received > s->tx_delivered && received <= s->tx_seq)
+		s->tx_delivered = received;
+	if (consumed > s->tx_acked && consumed <= s->tx_seq) {
+		s->tx_acked = consumed;
+		stream_notify(s, EPOLLOUT);
+	}
+}
+
 /* --- sending --- */
 
 static int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t value,
 			   rpc_cont_fn cont);
+
+static void stream_owe(struct stream *s, bool was_told)
+{
+	if (was_told)
+		s->owed_since = clock_now_ns();
+	if (s->on_owed)
+		return;
+	s->on_owed = true;
+	s->refs++;
+	s->owed_next = owed_head;
+	owed_head = s;
+	__atomic_store_n(&st_work, 1, __ATOMIC_RELAXED);
+}
+
+static void ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag);
+
+/* Bytes the peer sent in an answer (its reply to our DATA). */
+static void stream_take_bytes(struct rpc *rpc, struct stream *s, const struct wire_ack *a,
+			      size_t len)
+{
+	if (s->reset || s->state != STREAM_OPEN)
+		return; /* closed here: as TCP, nothing more for the application */
+	bool was_told = s->rx_told == s->rx.tail;
+	int rc = rxbuf_put(&s->rx, a->seq, a + 1, len);
+	if (rc) {
+		log_warn("stream %u: answer bytes at %llu+%zu refused (%d): resetting", s->sid,
+			 (unsigned long long)a->seq, len, rc);
+		stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
+		stream_fail(s, ECONNRESET);
+		return;
+	}
+	stream_owe(s, was_told);
+	stream_notify(s, EPOLLIN);
+}
 
 static void ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
 {
@@ -251,10 +334,9 @@ static void ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, voi
 	s->inflight--;
 	if (status == 0 && resp->data_size >= sizeof(struct wire_ack)) {
 		const struct wire_ack *a = (const void *)resp->buf;
-		if (a->consumed > s->tx_acked && a->consumed <= s->tx_seq) {
-			s->tx_acked = a->consumed;
-			stream_notify(s, EPOLLOUT);
-		}
+		stream_heard(s, a->consumed, a->received);
+		if (resp->data_size > sizeof(*a) && a->status == 0)
+			stream_take_bytes(rpc, s, a, resp->data_size - sizeof(*a));
 	}
 	stream_put(s);
 }
@@ -272,6 +354,7 @@ static int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint
 	}
 	struct wire_seg *w = (void *)m->buf;
 	*w = (struct wire_seg){.sid = s->peer_sid, .value = value};
+	stream_tell(s, &w->consumed, &w->received);
 	tx->s = s;
 	tx->m = m;
 	int rc = rpc_enqueue_request(rpc, s->session, type, m, cont, tx);
@@ -299,8 +382,6 @@ static void data_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 	}
 	if (status < 0)
 		stream_fail(s, ECONNRESET);
-	else
-		s->tx_delivered += tx->len;
 	ctl_cont(rpc, status, status == 0 ? resp : NULL, tag);
 }
 
@@ -324,6 +405,46 @@ static size_t iov_copy_from(uint8_t *dst, const struct iovec *iov, int iovcnt, s
 	return done;
 }
 
+static void respond_ack(struct rpc *rpc, struct rpc_req *req, int status, struct stream *s);
+
+/* Answers the peer's held DATA plainly. */
+static void stream_answer_held(struct rpc *rpc, struct stream *s)
+{
+	struct rpc_req *req = s->held;
+	s->held = NULL;
+	respond_ack(rpc, req, 0, s);
+}
+
+/* Sends the first bytes of a write inside the answer to the peer's held
+ * DATA: one packet's worth, no more, since a longer answer costs the
+ * peer a round trip per packet (RFRs) where DATA streams. Returns the
+ * bytes sent. */
+static size_t stream_send_in_answer(struct rpc *rpc, struct stream *s, const struct iovec *iov,
+				    int iovcnt, size_t len)
+{
+	uint32_t room = rpc_max_pkt_data(rpc);
+	room = room > sizeof(struct wire_ack) ? room - (uint32_t)sizeof(struct wire_ack) : 0;
+	if (len > room)
+		len = room;
+	if (len == 0)
+		return 0;
+	struct rpc_req *req = s->held;
+	struct msgbuf *m = rpc_resp_msg(rpc, req, (uint32_t)(sizeof(struct wire_ack) + len));
+	s->held = NULL;
+	if (!m) {
+		rpc_respond(rpc, req); /* the transport lets the peer retry */
+		return 0;
+	}
+	struct wire_ack *a = (void *)m->buf;
+	*a = (struct wire_ack){.status = 0, .seq = s->tx_seq};
+	stream_tell(s, &a->consumed, &a->received);
+	iov_copy_from(m->buf + sizeof(*a), iov, iovcnt, 0, len);
+	rpc_respond(rpc, req);
+	s->tx_seq += len;
+	__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
+	return len;
+}
+
 ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt)
 {
 	if (s->state == STREAM_OPENING)
@@ -338,6 +459,10 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 	if (total == 0)
 		return 0;
 	size_t done = 0;
+	if (s->held) {
+		size_t space = stream_tx_space(s);
+		done = stream_send_in_answer(rpc, s, iov, iovcnt, total < space ? total : space);
+	}
 	while (done < total) {
 		size_t chunk = stream_tx_space(s);
 		if (chunk == 0)
@@ -357,6 +482,7 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 		}
 		struct wire_seg *w = (void *)m->buf;
 		*w = (struct wire_seg){.sid = s->peer_sid, .value = s->tx_seq};
+		stream_tell(s, &w->consumed, &w->received);
 		iov_copy_from(m->buf + sizeof(*w), iov, iovcnt, done, chunk);
 		tx->s = s;
 		tx->m = m;
@@ -478,6 +604,8 @@ void stream_forget_all(void)
 	st_free = NULL;
 	st_cap = st_used = st_nfree = 0;
 	ack_npending = 0;
+	held_head = owed_head = NULL;
+	work_update();
 	while (listeners) {
 		struct listener *l = listeners;
 		listeners = l->next;
@@ -583,6 +711,7 @@ int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct s
 	struct stream *s = stream_alloc();
 	if (!s)
 		return -ENOMEM;
+	s->rpc = rpc;
 	s->session = session;
 	s->token = rpc_session_token(rpc, session);
 	s->file = file;
@@ -708,9 +837,11 @@ static void respond(struct rpc *rpc, struct rpc_req *req, const void *body, uint
 	rpc_respond(rpc, req);
 }
 
-static void respond_ack(struct rpc *rpc, struct rpc_req *req, int status, uint64_t consumed)
+static void respond_ack(struct rpc *rpc, struct rpc_req *req, int status, struct stream *s)
 {
-	struct wire_ack a = {.status = status, .consumed = consumed};
+	struct wire_ack a = {.status = status};
+	if (s)
+		stream_tell(s, &a.consumed, &a.received);
 	respond(rpc, req, &a, sizeof(a));
 }
 
@@ -733,6 +864,7 @@ static void handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 	struct stream *s = l && l->queued < limit ? stream_alloc() : NULL;
 	if (s) {
 		int session = rpc_req_session(req);
+		s->rpc = rpc;
 		s->session = session;
 		s->token = rpc_session_token(rpc, session);
 		s->peer_sid = w->client_sid;
@@ -755,37 +887,89 @@ static void handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 	respond(rpc, req, &r, sizeof(r));
 }
 
-static void respond_ack(struct rpc *rpc, struct rpc_req *req, int status, uint64_t consumed);
-
 static void stream_put(struct stream *s);
+
+unsigned stream_release_held(struct rpc *rpc)
+{
+	unsigned n = 0;
+	struct stream **pp = &held_head;
+	while (*pp) {
+		struct stream *s = *pp;
+		if (s->rpc != rpc) { /* another endpoint's (tests run two) */
+			pp = &s->held_next;
+			continue;
+		}
+		*pp = s->held_next;
+		s->on_held = false;
+		if (s->held) {
+			stream_answer_held(rpc, s);
+			n++;
+		}
+		stream_put(s);
+	}
+	if (n)
+		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
+	work_update();
+	return n;
+}
+
+/* Sends a WINDOW for bytes that came in answers and that no request of
+ * ours has acknowledged for STREAM_ACK_DELAY_NS. */
+static unsigned stream_pay_owed(struct rpc *rpc)
+{
+	unsigned n = 0;
+	uint64_t now = 0;
+	struct stream **pp = &owed_head;
+	while (*pp) {
+		struct stream *s = *pp;
+		if (s->rpc != rpc) {
+			pp = &s->owed_next;
+			continue;
+		}
+		bool owed = s->rx_told != s->rx.tail && !s->reset && s->state == STREAM_OPEN;
+		if (owed) {
+			if (!now)
+				now = clock_now_ns();
+			if (now - s->owed_since < STREAM_ACK_DELAY_NS) {
+				pp = &s->owed_next;
+				continue;
+			}
+			if (stream_send_ctl(rpc, s, STREAM_REQ_WINDOW, s->rx.head, ctl_cont) == 0)
+				n++;
+		}
+		*pp = s->owed_next;
+		s->on_owed = false;
+		stream_put(s);
+	}
+	return n;
+}
 
 unsigned stream_run_once(struct rpc *rpc)
 {
-	rpc_run_once(rpc);
-	unsigned n = ack_npending;
-	for (unsigned i = 0; i < n; i++) {
+	unsigned n = held_head ? stream_release_held(rpc) : 0;
+	unsigned pkts = rpc_run_once(rpc);
+	unsigned k = ack_npending;
+	for (unsigned i = 0; i < k; i++) {
 		struct stream *s = ack_pending[i].s;
-		if (!s) {
-			respond_ack(rpc, ack_pending[i].req, ack_pending[i].status, 0);
-			continue;
-		}
-		s->rx_advertised = s->rx.head;
-		respond_ack(rpc, ack_pending[i].req, ack_pending[i].status, s->rx.head);
-		stream_put(s);
+		respond_ack(rpc, ack_pending[i].req, ack_pending[i].status, s);
+		if (s)
+			stream_put(s);
 	}
 	ack_npending = 0;
+	n += k;
+	if (owed_head)
+		n += stream_pay_owed(rpc);
 	if (n)
 		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
-	return n;
+	work_update();
+	return pkts;
 }
 
 /* Queues the answer for after the pass (see stream_run_once). */
 static void answer_later(struct rpc *rpc, struct rpc_req *req, struct stream *s, int status)
 {
 	if (ack_npending == ACK_PENDING_MAX) {
-		if (s)
-			s->rx_advertised = s->rx.head;
-		respond_ack(rpc, req, status, s ? s->rx.head : 0);
+		respond_ack(rpc, req, status, s);
 		return;
 	}
 	ack_pending[ack_npending].req = req;
@@ -796,19 +980,48 @@ static void answer_later(struct rpc *rpc, struct rpc_req *req, struct stream *s,
 		s->refs++;
 }
 
+/* Holds a DATA answer for the application's reply (see stream_run_once). */
+static void stream_hold(struct rpc *rpc, struct rpc_req *req, struct stream *s)
+{
+	if (s->held)
+		stream_answer_held(rpc, s); /* one per stream: the earlier goes now */
+	s->held = req;
+	if (!s->on_held) {
+		s->on_held = true;
+		s->refs++;
+		s->held_next = held_head;
+		held_head = s;
+	}
+	/* The application's next wait answers it (ferry_flush), or the
+	 * progress thread once the application has been away for a tick;
+	 * not "deferred", which would have that thread answer at once. */
+	__atomic_store_n(&st_work, 1, __ATOMIC_RELAXED);
+}
+
+bool stream_tx_undelivered(void)
+{
+	for (uint32_t i = 0; i < st_used; i++) {
+		struct stream *s = st_slots[i];
+		if (s && s->state == STREAM_OPEN && s->tx_delivered < s->tx_seq)
+			return true;
+	}
+	return false;
+}
+
 static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 {
 	const struct msgbuf *m = rpc_req_msg(req);
 	if (m->data_size < sizeof(struct wire_seg)) {
-		respond_ack(rpc, req, -EPROTO, 0);
+		respond_ack(rpc, req, -EPROTO, NULL);
 		return;
 	}
 	const struct wire_seg *w = (const void *)m->buf;
 	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
 	if (!s || s->reset) {
-		respond_ack(rpc, req, -ECONNRESET, 0);
+		respond_ack(rpc, req, -ECONNRESET, NULL);
 		return;
 	}
+	stream_heard(s, w->consumed, w->received);
 	size_t len = m->data_size - sizeof(*w);
 	/*
 	 * One copy, here, as the kernel makes one. DESIGN.md hoped to hand the
@@ -822,10 +1035,10 @@ static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 			 (unsigned long long)w->value, len, rc);
 		stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
 		stream_fail(s, ECONNRESET);
-		respond_ack(rpc, req, -ECONNRESET, 0);
+		respond_ack(rpc, req, -ECONNRESET, NULL);
 		return;
 	}
-	answer_later(rpc, req, s, 0);
+	stream_hold(rpc, req, s);
 	stream_notify(s, EPOLLIN);
 }
 
@@ -833,7 +1046,7 @@ static void handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx)
 {
 	const struct msgbuf *m = rpc_req_msg(req);
 	if (m->data_size < sizeof(struct wire_seg)) {
-		respond_ack(rpc, req, -EPROTO, 0);
+		respond_ack(rpc, req, -EPROTO, NULL);
 		return;
 	}
 	const struct wire_seg *w = (const void *)m->buf;
@@ -843,12 +1056,9 @@ static void handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		answer_later(rpc, req, NULL, type == STREAM_REQ_WINDOW ? -ECONNRESET : 0);
 		return;
 	}
+	stream_heard(s, w->consumed, w->received);
 	switch (type) {
 	case STREAM_REQ_WINDOW:
-		if (w->value > s->tx_acked && w->value <= s->tx_seq) {
-			s->tx_acked = w->value;
-			stream_notify(s, EPOLLOUT);
-		}
 		break;
 	case STREAM_REQ_FIN:
 		s->rx_fin = true;

@@ -41,6 +41,7 @@ struct listener;
 
 struct stream {
 	uint32_t sid, peer_sid;
+	struct rpc *rpc; /* the endpoint that carries it */
 	int session;
 	uint64_t token;
 	struct ffile *file;   /* the application's file; NULL once closed */
@@ -52,7 +53,12 @@ struct stream {
 	uint64_t fin_seq;
 	bool rd_shut, wr_shut, fin_sent;
 	struct rxbuf rx;
-	uint64_t rx_advertised;
+	uint64_t rx_advertised; /* rx.head as the peer last heard it */
+	uint64_t rx_told;       /* rx.tail as the peer last heard it */
+	struct rpc_req *held;   /* the peer's DATA whose answer waits for our reply */
+	bool on_held, on_owed;  /* on the held / acks-owed lists */
+	uint64_t owed_since;    /* when bytes came that the peer has not heard of */
+	struct stream *held_next, *owed_next;
 	uint64_t tx_seq, tx_acked;
 	uint64_t tx_delivered; /* bytes the peer has received (not read) */
 	uint32_t peer_window;
@@ -115,19 +121,32 @@ struct stream *listener_pop(struct listener *l);
  * daemon() child that starts a fresh ferry; tests). */
 void stream_forget_all(void);
 
-/* Whether requests were queued since the last call (the caller then runs
- * the event loop once so they go on the wire). */
+/* Whether requests were queued since the last call (the caller then sends
+ * them: rpc_flush). */
 bool stream_take_tx_pending(void);
 /*
- * One pass of the event loop, then the answers to DATA received in it.
- * DATA is answered after the pass, not inside its handler, so the answer
- * waits in the transmit queue for the next pass: it leaves together with
- * the application's reply (one batch, no send on the reply's critical
- * path). The next pass comes at the application's next wait, or from the
- * progress thread within a tick, so a slot is never held for long. Returns
- * the number of answers queued.
+ * One pass of the event loop. A DATA request's answer is held back, not
+ * sent from the handler: the application's reply to those bytes, written
+ * before its next wait, rides in that answer (one packet each way for a
+ * request and its reply, as a bare UDP ping-pong). What the application
+ * did not answer is answered plainly at its next wait
+ * (stream_release_held) or at the next pass, whichever comes first, so an
+ * answer waits at most until the application comes back to ferry or the
+ * progress thread's tick. Answers to WINDOW/FIN/RESET are queued after
+ * the pass. A stream that received bytes in an answer owes the peer word
+ * of them: that rides on its next request, or goes as a WINDOW once it is
+ * STREAM_ACK_DELAY_NS old. Returns the number of packets received.
  */
 unsigned stream_run_once(struct rpc *rpc);
+/* Answers every held DATA request plainly (the application is about to
+ * wait: its replies were written). Queued, not sent. Returns how many. */
+unsigned stream_release_held(struct rpc *rpc);
+/* Whether answers are held or acknowledgements owed: the progress thread
+ * keeps ticking while so. Read without the lock (a hint). */
+bool stream_work_pending(void);
+/* Whether an open stream has bytes the peer has not yet said it received
+ * (exit waits for them, bounded). */
+bool stream_tx_undelivered(void);
 
 /* Whether DATA was queued and not yet flushed (any thread, no lock). */
 bool stream_tx_deferred(void);

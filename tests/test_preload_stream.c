@@ -307,3 +307,74 @@ Test(stream, open_without_listener_is_refused, .init = clean, .fini = close_endp
 	cr_assert(pump_until(failed, c));
 	cr_assert_eq(stream_take_error(c), ECONNREFUSED);
 }
+
+static bool delivered_all(void *p)
+{
+	struct stream *s = p;
+	return s->tx_delivered == s->tx_seq;
+}
+
+Test(stream, a_reply_rides_in_the_answer_to_its_request, .init = clean, .fini = close_endpoints,
+     .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7006, &c, &s);
+	uint64_t a_pkts = P.st_a.pkts_tx, b_pkts = P.st_b.pkts_tx, b_reqs = P.st_b.requests_tx;
+	struct iovec q = {"PING", 4};
+	cr_assert_eq(stream_send(P.a, c, &q, 1), 4);
+	stream_run_once(P.a);
+	/* Only b's passes until the request is in: a pass after it would
+	 * answer it plainly, the reply not written yet. */
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while (!(stream_mask(s) & EPOLLIN) && clock_now_ns() < end)
+		stream_run_once(P.b);
+	char buf[8];
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 4);
+	struct iovec a = {"PONG", 4};
+	cr_assert_eq(stream_send(P.b, s, &a, 1), 4);
+	cr_assert(pump_until(readable, c));
+	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 4);
+	cr_assert_arr_eq(buf, "PONG", 4);
+	cr_assert_eq(P.st_b.requests_tx, b_reqs, "the reply went in the answer, not as DATA");
+	cr_assert_eq(P.st_a.pkts_tx - a_pkts, 1, "one packet for the request");
+	cr_assert_eq(P.st_b.pkts_tx - b_pkts, 1, "one packet for the answer and the reply");
+	cr_assert_eq(c->inflight, 0, "the request is complete");
+	/* Nothing else to carry it: a WINDOW says the reply arrived, late. */
+	cr_assert_lt(s->tx_delivered, s->tx_seq, "not yet acknowledged");
+	cr_assert(pump_until(delivered_all, s), "acknowledged after the delay");
+	cr_assert_eq(stream_tx_queued(s), 0);
+}
+
+Test(stream, a_reply_too_long_for_the_answer_goes_on_as_data, .init = clean,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7007, &c, &s);
+	struct iovec q = {"GET", 3};
+	cr_assert_eq(stream_send(P.a, c, &q, 1), 3);
+	stream_run_once(P.a);
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while (!(stream_mask(s) & EPOLLIN) && clock_now_ns() < end)
+		stream_run_once(P.b);
+	char buf[4];
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 3);
+	static uint8_t big[100000], got[100000];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = pattern(i);
+	struct iovec a = {big, sizeof(big)};
+	cr_assert_eq(stream_send(P.b, s, &a, 1), (ssize_t)sizeof(big));
+	size_t n = 0;
+	end = clock_now_ns() + 20ull * 1000000000ull;
+	while (n < sizeof(big) && clock_now_ns() < end) {
+		pump();
+		struct iovec g = {got + n, sizeof(got) - n};
+		ssize_t k = stream_recv(P.a, c, &g, 1, 0);
+		cr_assert(k > 0 || k == -EAGAIN, "recv: %zd", k);
+		if (k > 0)
+			n += (size_t)k;
+	}
+	cr_assert_eq(n, sizeof(big));
+	cr_assert_arr_eq(got, big, sizeof(big), "answer bytes and DATA in order");
+}

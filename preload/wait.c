@@ -148,11 +148,10 @@ void wait_set_progress(const struct wait_progress_ops *ops, unsigned spin_us)
 	__atomic_store_n(&wait_ops, ops, __ATOMIC_RELEASE);
 }
 
-void wait_progress_run(void)
+unsigned wait_progress_run(void)
 {
 	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
-	if (ops)
-		ops->run();
+	return ops ? ops->run() : 0;
 }
 
 void wait_flush(void)
@@ -164,8 +163,8 @@ void wait_flush(void)
 
 void wait_spin_once(void)
 {
-	wait_progress_run();
-	sched_yield();
+	if (wait_progress_run() == 0)
+		sched_yield();
 }
 
 int wait_arm(void)

@@ -52,17 +52,18 @@ void wait_unlink(struct ffile *f, struct wait_node *n);
  *      none, or -EAGAIN when packets are already waiting (do not sleep).
  */
 struct wait_progress_ops {
-	void (*run)(void);
+	unsigned (*run)(void); /* packets received, 0 also when another thread runs it */
 	int (*arm)(void);
 	void (*flush)(void); /* sends what the application queued */
 };
 void wait_set_progress(const struct wait_progress_ops *ops, unsigned spin_us);
-void wait_progress_run(void);
+unsigned wait_progress_run(void);
 /* Called as a thread starts to wait: its queued writes go out now. */
 void wait_flush(void);
-/* One turn of a spin: the event loop once, then the CPU to anyone waiting
- * for it. A spinner that kept its CPU would starve a peer process that
- * shares it (a client and server on one core) until the spin ran out. */
+/* One turn of a spin: the event loop once, then, if it found nothing, the
+ * CPU to anyone waiting for it. A spinner that kept its CPU would starve a
+ * peer process that shares it (a client and server on one core) until the
+ * spin ran out; one that just got packets has work and no peer to wait for. */
 void wait_spin_once(void);
 /* ops->arm, or -1 when there is no transport. */
 int wait_arm(void);

@@ -67,11 +67,14 @@ struct wire_seg {
 };
 _Static_assert(sizeof(struct wire_seg) == 32, "wire layout");
 
-/* Every answer but OPEN's. An answer to DATA may carry the answering
- * side's own bytes, starting at seq, after it (the application's reply). */
+/* Every answer but OPEN's. A held answer (to DATA or FIN) may carry the
+ * answering side's own bytes, starting at seq, after it (the application's
+ * reply), and its FIN after those (ACK_FIN): the answer to a peer's FIN is
+ * usually our own close, as a TCP FIN-ACK. */
+#define ACK_FIN 1u
 struct wire_ack {
 	int32_t status;
-	uint32_t pad;
+	uint32_t flags;
 	uint64_t consumed;
 	uint64_t received;
 	uint64_t seq;
@@ -335,8 +338,14 @@ static void ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, voi
 	if (status == 0 && resp->data_size >= sizeof(struct wire_ack)) {
 		const struct wire_ack *a = (const void *)resp->buf;
 		stream_heard(s, a->consumed, a->received);
-		if (resp->data_size > sizeof(*a) && a->status == 0)
-			stream_take_bytes(rpc, s, a, resp->data_size - sizeof(*a));
+		size_t len = resp->data_size - sizeof(*a);
+		if (len > 0 && a->status == 0)
+			stream_take_bytes(rpc, s, a, len);
+		if ((a->flags & ACK_FIN) && a->status == 0 && !s->rx_fin) {
+			s->rx_fin = true;
+			s->fin_seq = a->seq + len;
+			stream_notify(s, EPOLLIN | EPOLLRDHUP);
+		}
 	}
 	stream_put(s);
 }
@@ -407,12 +416,33 @@ static size_t iov_copy_from(uint8_t *dst, const struct iovec *iov, int iovcnt, s
 
 static void respond_ack(struct rpc *rpc, struct rpc_req *req, int status, struct stream *s);
 
-/* Answers the peer's held DATA plainly. */
+/* Answers the peer's held DATA or FIN plainly. */
 static void stream_answer_held(struct rpc *rpc, struct stream *s)
 {
 	struct rpc_req *req = s->held;
 	s->held = NULL;
 	respond_ack(rpc, req, 0, s);
+}
+
+/* Shuts our side: in the held answer when there is one, else as a FIN
+ * request. 0 or -errno. */
+static int stream_send_fin(struct rpc *rpc, struct stream *s)
+{
+	if (!s->held)
+		return stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, ctl_cont);
+	struct rpc_req *req = s->held;
+	s->held = NULL;
+	struct msgbuf *m = rpc_resp_msg(rpc, req, sizeof(struct wire_ack));
+	if (!m) {
+		rpc_respond(rpc, req);
+		return stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, ctl_cont);
+	}
+	struct wire_ack *a = (void *)m->buf;
+	*a = (struct wire_ack){.status = 0, .flags = ACK_FIN, .seq = s->tx_seq};
+	stream_tell(s, &a->consumed, &a->received);
+	rpc_respond(rpc, req);
+	__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
+	return 0;
 }
 
 /* Sends the first bytes of a write inside the answer to the peer's held
@@ -550,8 +580,7 @@ int stream_shutdown(struct rpc *rpc, struct stream *s, int how)
 		s->rd_shut = true;
 	if ((how == SHUT_WR || how == SHUT_RDWR) && !s->wr_shut) {
 		s->wr_shut = true;
-		if (s->state == STREAM_OPEN && !s->reset && !s->fin_sent &&
-		    stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, ctl_cont) == 0)
+		if (s->state == STREAM_OPEN && !s->reset && !s->fin_sent && stream_send_fin(rpc, s) == 0)
 			s->fin_sent = true;
 	}
 	stream_notify(s, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLHUP);
@@ -565,8 +594,7 @@ void stream_close(struct rpc *rpc, struct stream *s)
 		/* As TCP: closing with unread data resets the connection. */
 		if (rxbuf_avail(&s->rx) > 0)
 			stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
-		else if (!s->fin_sent && stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq,
-							 ctl_cont) == 0)
+		else if (!s->fin_sent && stream_send_fin(rpc, s) == 0)
 			s->fin_sent = true;
 	}
 	s->wr_shut = s->rd_shut = true;
@@ -618,7 +646,7 @@ void stream_fin_all(struct rpc *rpc)
 	for (uint32_t i = 0; i < st_used; i++) {
 		struct stream *s = st_slots[i];
 		if (s && s->file && s->state == STREAM_OPEN && !s->reset && !s->fin_sent &&
-		    stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, ctl_cont) == 0)
+		    stream_send_fin(rpc, s) == 0)
 			s->fin_sent = true;
 	}
 }
@@ -1064,6 +1092,10 @@ static void handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		s->rx_fin = true;
 		s->fin_seq = w->value;
 		stream_notify(s, EPOLLIN | EPOLLRDHUP);
+		if (!s->reset && s->state == STREAM_OPEN) {
+			stream_hold(rpc, req, s); /* our close (or reply) may ride in it */
+			return;
+		}
 		break;
 	case STREAM_REQ_RESET:
 		stream_fail(s, ECONNRESET);

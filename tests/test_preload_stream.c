@@ -378,3 +378,32 @@ Test(stream, a_reply_too_long_for_the_answer_goes_on_as_data, .init = clean,
 	cr_assert_eq(n, sizeof(big));
 	cr_assert_arr_eq(got, big, sizeof(big), "answer bytes and DATA in order");
 }
+
+static bool eof(void *p)
+{
+	struct stream *c = p;
+	return c->rx_fin;
+}
+
+Test(stream, a_close_answering_the_peers_fin_rides_in_its_answer, .init = clean,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7008, &c, &s);
+	cr_assert_eq(stream_shutdown(P.a, c, SHUT_WR), 0);
+	stream_run_once(P.a);
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while (!(stream_mask(s) & EPOLLRDHUP) && clock_now_ns() < end)
+		stream_run_once(P.b);
+	char buf[4];
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 0, "EOF");
+	uint64_t b_reqs = P.st_b.requests_tx;
+	stream_close(P.b, s);
+	cr_assert(pump_until(eof, c), "the FIN reached the other side");
+	cr_assert_eq(P.st_b.requests_tx, b_reqs, "in the answer, not as a request");
+	while (stream_recv(P.a, c, &r, 1, 0) == -EAGAIN)
+		pump();
+	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 0, "EOF");
+	cr_assert(stream_mask(c) & EPOLLHUP, "both sides shut");
+}

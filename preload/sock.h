@@ -40,6 +40,11 @@ struct fsock {
 	bool linger0;     /* SO_LINGER on with a zero timeout: close resets */
 	bool nb_connect;  /* EINPROGRESS was returned: the next connect says 0 once */
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */
+	/* TCP options set on a stream, kept here instead of on the
+	 * placeholder (no system call per option): bit i of opt_set says
+	 * opt_val[i] holds sock_opt_table[i]'s value. */
+	uint8_t opt_set;
+	int opt_val[5];
 	/* Held across one whole send, waits included, so two threads' sends
 	 * never interleave inside a record (a small send is never torn). */
 	pthread_mutex_t send_lock;

@@ -3,6 +3,7 @@
 #include "autoconfig.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -847,6 +848,31 @@ static int sock_tcp_info(struct fsock *sk, void *val, socklen_t *len)
 	return 0;
 }
 
+/*
+ * Options a server sets on every accepted connection (redis: TCP_NODELAY
+ * and the keepalive four), answered for streams without the kernel: each
+ * would be a system call per connection on the placeholder, which carries
+ * no traffic. Ranges as the kernel checks them (tcp.h MAX_TCP_KEEP*).
+ */
+static const struct {
+	int level, name, lo, hi;
+	bool boolean;
+} sock_opt_table[5] = {
+	{IPPROTO_TCP, TCP_NODELAY, INT_MIN, INT_MAX, true},
+	{SOL_SOCKET, SO_KEEPALIVE, INT_MIN, INT_MAX, true},
+	{IPPROTO_TCP, TCP_KEEPIDLE, 1, 32767, false},
+	{IPPROTO_TCP, TCP_KEEPINTVL, 1, 32767, false},
+	{IPPROTO_TCP, TCP_KEEPCNT, 1, 127, false},
+};
+
+static int sock_opt_index(int level, int name)
+{
+	for (int i = 0; i < 5; i++)
+		if (sock_opt_table[i].level == level && sock_opt_table[i].name == name)
+			return i;
+	return -1;
+}
+
 FERRY_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
@@ -872,6 +898,15 @@ FERRY_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *l
 			}
 		} else if (level == IPPROTO_TCP && name == TCP_INFO && sk->state == FSOCK_STREAM) {
 			rc = sock_tcp_info(sk, val, len);
+		} else {
+			int i = sock_opt_index(level, name);
+			if (i >= 0 && (sk->opt_set & (1u << i)) && (int)*len >= 0) {
+				/* As the kernel: an int, truncated to the length asked. */
+				socklen_t n = *len < sizeof(int) ? *len : sizeof(int);
+				memcpy(val, &sk->opt_val[i], n);
+				*len = n;
+				rc = 0;
+			}
 		}
 		ferry_unlock();
 	}
@@ -890,10 +925,50 @@ static uint64_t timeval_ns(const void *val, socklen_t len)
 	return (uint64_t)tv->tv_sec * 1000000000ull + (uint64_t)tv->tv_usec * 1000ull;
 }
 
+/* 1: not a stream option kept here; else 0 or -errno. */
+static int sock_setopt_stream(int fd, int level, int name, const void *val, socklen_t len)
+{
+	int i = sock_opt_index(level, name);
+	if (i < 0 || !val)
+		return 1;
+	struct ffile *f = sock_get(fd);
+	if (!f)
+		return 1;
+	int rc = 1;
+	if (f->kind == FFILE_SOCK) {
+		struct fsock *sk = f->priv;
+		ferry_lock();
+		if (sk->state == FSOCK_STREAM) {
+			int v = 0;
+			if (len < sizeof(int)) {
+				rc = -EINVAL;
+			} else {
+				memcpy(&v, val, sizeof(v));
+				if (sock_opt_table[i].boolean)
+					v = v != 0;
+				rc = v < sock_opt_table[i].lo || v > sock_opt_table[i].hi ? -EINVAL : 0;
+			}
+			if (rc == 0) {
+				sk->opt_val[i] = v;
+				sk->opt_set |= (uint8_t)(1u << i);
+			}
+		}
+		ferry_unlock();
+	}
+	ffile_put(&fdtab, f);
+	return rc;
+}
+
 FERRY_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-	/* The kernel keeps every option on the placeholder, so getsockopt
-	 * answers as it would; ferry only notes the timeouts it must honour. */
+	if (fdtable_maybe(&fdtab, fd) && !ferry_internal()) {
+		int r = sock_setopt_stream(fd, level, name, val, len);
+		if (r != 1)
+			return (int)ferry_ret(r);
+	}
+	/* The kernel keeps every other option on the placeholder, so
+	 * getsockopt answers as it would; ferry only notes the timeouts it
+	 * must honour. */
 	int rc = libc()->setsockopt(fd, level, name, val, len);
 	if (rc != 0 || !fdtable_maybe(&fdtab, fd) || ferry_internal() || level != SOL_SOCKET ||
 	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))

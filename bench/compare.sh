@@ -105,7 +105,10 @@ server_start() {
 		set -- "$1" "$2" redis-server --port "$port" --bind 127.0.0.1 --save "" \
 			--appendonly no --protected-mode no --daemonize no --maxclients 2000
 	else
-		set -- "$1" "$2" memcached -u nobody -t 2 -p "$port" -U 0 -l 127.0.0.1 -m 256 -c 4096
+		# softib fabrics are per user: memcached serves as its clients' user there.
+		muser=nobody
+		[ "$1" = softib ] && muser=$(id -un)
+		set -- "$1" "$2" memcached -u "$muser" -t 2 -p "$port" -U 0 -l 127.0.0.1 -m 256 -c 4096
 	fi
 	mode=$1
 	trace=$2

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgmt/mgmt.h"
 #include "mgmt/nexus.h"
 #include "preload/fdtable.h"
 #include "preload/libc.h"
@@ -117,6 +118,9 @@ static void ferry_atexit(void)
 			rpc_run_once(ferry.rpc); /* the last answers */
 			ferry_internal_leave();
 			rpc_unlock(ferry.rpc);
+			/* Peers hear that our sessions end now: otherwise they take
+			 * us for dead a failure timeout later, and say so. */
+			mgmt_forget_rpc(ferry.mgmt, ferry.rpc);
 		}
 	}
 	if (ferry_dump_at_exit && ferry_state() != FERRY_FORKED)

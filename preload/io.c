@@ -108,12 +108,12 @@ static int io_wait_open(struct ffile *f, struct fsock *sk, bool nonblock, uint64
 	}
 }
 
-/* -errno or bytes; 0 at end of stream. */
-static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+/* Waits for a connecting stream to open, then gives it in *out; a failed
+ * one reports its pending error once, else no_stream_err (ENOTCONN for a
+ * receive, EPIPE for a send, as the kernel answers). */
+static int io_stream(struct ffile *f, struct fsock *sk, bool nonblock, uint64_t deadline,
+		     int no_stream_err, struct stream **out)
 {
-	struct fsock *sk = f->priv;
-	bool nonblock = ffile_nonblock(f) || (flags & MSG_DONTWAIT);
-	uint64_t deadline = sock_deadline(sk->rcvtimeo_ns);
 	int rc = io_wait_open(f, sk, nonblock, deadline);
 	if (rc)
 		return rc;
@@ -123,9 +123,23 @@ static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt,
 		int e = sk->so_error;
 		sk->so_error = 0;
 		ferry_unlock();
-		return e ? -e : -ENOTCONN;
+		return e ? -e : -no_stream_err;
 	}
 	ferry_unlock();
+	*out = s;
+	return 0;
+}
+
+/* -errno or bytes; 0 at end of stream. */
+static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct fsock *sk = f->priv;
+	bool nonblock = ffile_nonblock(f) || (flags & MSG_DONTWAIT);
+	uint64_t deadline = sock_deadline(sk->rcvtimeo_ns);
+	struct stream *s;
+	int rc = io_stream(f, sk, nonblock, deadline, ENOTCONN, &s);
+	if (rc)
+		return rc;
 	struct iov_cursor cur;
 	rc = cursor_init(&cur, iov, iovcnt);
 	if (rc)
@@ -172,18 +186,10 @@ static ssize_t ferry_sendv(struct ffile *f, const struct iovec *iov, int iovcnt,
 	struct fsock *sk = f->priv;
 	bool nonblock = ffile_nonblock(f) || (flags & MSG_DONTWAIT);
 	uint64_t deadline = sock_deadline(sk->sndtimeo_ns);
-	int rc = io_wait_open(f, sk, nonblock, deadline);
+	struct stream *s;
+	int rc = io_stream(f, sk, nonblock, deadline, EPIPE, &s);
 	if (rc)
 		return rc;
-	ferry_lock();
-	struct stream *s = sk->stream;
-	if (sk->state == FSOCK_FAILED || !s) {
-		int e = sk->so_error;
-		sk->so_error = 0;
-		ferry_unlock();
-		return e ? -e : -EPIPE;
-	}
-	ferry_unlock();
 	struct iov_cursor cur;
 	rc = cursor_init(&cur, iov, iovcnt);
 	if (rc)

@@ -195,7 +195,9 @@ void epoll_file_quiet(struct ffile *f)
 	}
 }
 
-void epoll_file_gone(struct ffile *f)
+/* Takes f out of every epoll set it is in; with to_kernel, each set first
+ * gets f's kernel fd registered with the same interest. */
+static void epoll_file_detach(struct ffile *f, bool to_kernel)
 {
 	pthread_mutex_lock(&f->wlock);
 	struct epitem *it = f->epitems;
@@ -203,25 +205,7 @@ void epoll_file_gone(struct ffile *f)
 	while (it) {
 		struct epitem *next = it->fnext;
 		struct fepoll *ep = it->ep;
-		pthread_mutex_lock(&ep->lock);
-		ready_unlink(ep, it);
-		ep_items_unlink(ep, it);
-		pthread_mutex_unlock(&ep->lock);
-		free(it);
-		it = next;
-	}
-	pthread_mutex_unlock(&f->wlock);
-}
-
-void epoll_file_kernelize(struct ffile *f)
-{
-	pthread_mutex_lock(&f->wlock);
-	struct epitem *it = f->epitems;
-	f->epitems = NULL;
-	while (it) {
-		struct epitem *next = it->fnext;
-		struct fepoll *ep = it->ep;
-		if (!it->kernel) {
+		if (to_kernel && !it->kernel) {
 			struct epoll_event ev = {.events = it->events, .data = it->data};
 			/* A fired one-shot stays registered but disarmed. */
 			if (it->disabled)
@@ -237,6 +221,10 @@ void epoll_file_kernelize(struct ffile *f)
 	}
 	pthread_mutex_unlock(&f->wlock);
 }
+
+void epoll_file_gone(struct ffile *f) { epoll_file_detach(f, false); }
+
+void epoll_file_kernelize(struct ffile *f) { epoll_file_detach(f, true); }
 
 void epoll_file_hybrid(struct ffile *f)
 {

@@ -36,6 +36,7 @@ struct cmd {
 	unsigned timeout_ms;
 	mgmt_connect_fn fn;
 	void *ctx;
+	int fd;    /* CMD_LISTEN: a bound UDP socket to use, or -1 */
 	bool sync; /* on the caller's stack; the caller waits for done */
 	bool done;
 	int result;
@@ -116,9 +117,12 @@ static int cmd_listen(struct mgmt *m, struct cmd *c)
 	if (mgmt_addr_port(&c->addr) != 0 && listener_find(m, &c->addr))
 		return -EADDRINUSE;
 	struct listener *l = calloc(1, sizeof(*l));
-	if (!l)
+	if (!l) {
+		if (c->fd >= 0)
+			close(c->fd);
 		return -ENOMEM;
-	l->fd = mgmt_net_socket(mgmt_addr_family(&c->addr), &c->addr, false);
+	}
+	l->fd = c->fd >= 0 ? c->fd : mgmt_net_socket(mgmt_addr_family(&c->addr), &c->addr, false);
 	if (l->fd < 0) {
 		int err = l->fd;
 		free(l);
@@ -454,14 +458,50 @@ static int cmd_init(struct mgmt *m, struct cmd *c, enum cmd_type type, struct rp
 	c->m = m;
 	c->type = type;
 	c->rpc = rpc;
+	c->fd = -1;
 	return addr ? mgmt_addr_set(&c->addr, addr, len) : 0;
 }
 
 int mgmt_listen(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len)
 {
+	return mgmt_listen_fd(m, rpc, addr, len, -1);
+}
+
+int mgmt_listen_fd(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,
+		   int udp_fd)
+{
 	struct cmd c;
 	int rc = cmd_init(m, &c, CMD_LISTEN, rpc, addr, len);
-	return rc ? rc : run_sync(m, &c);
+	if (rc) {
+		if (udp_fd >= 0)
+			close(udp_fd);
+		return rc;
+	}
+	c.fd = udp_fd;
+	return run_sync(m, &c);
+}
+
+int mgmt_rendezvous_socket(const struct sockaddr *addr, socklen_t len, uint16_t *port)
+{
+	struct mgmt_addr a;
+	int rc = mgmt_addr_set(&a, addr, len);
+	if (rc)
+		return rc;
+	mgmt_addr_set_port(&a, 0);
+	int fd = mgmt_net_socket(mgmt_addr_family(&a), &a, false);
+	if (fd < 0)
+		return fd;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	struct mgmt_addr bound;
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0 ||
+	    mgmt_addr_set(&bound, (struct sockaddr *)&ss, sl) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc ? rc : -EINVAL;
+	}
+	*port = mgmt_addr_port(&bound);
+	return fd;
 }
 
 int mgmt_unlisten(struct mgmt *m, const struct sockaddr *addr, socklen_t len)

@@ -31,6 +31,16 @@ void mgmt_destroy(struct mgmt *m);
  * mgmt_listen_port). Returns 0, -EADDRINUSE when the port is taken, -errno.
  */
 int mgmt_listen(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len);
+/* mgmt_listen on udp_fd, a socket from mgmt_rendezvous_socket bound to addr's
+ * port; mgmt owns udp_fd from here on, whatever the result. */
+int mgmt_listen_fd(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,
+		   int udp_fd);
+/*
+ * A rendezvous socket on addr's host and a port the kernel picks, for a TCP
+ * listener that asked for any port: it then binds the same port, so its
+ * rendezvous port cannot be taken. Returns the fd and sets *port, or -errno.
+ */
+int mgmt_rendezvous_socket(const struct sockaddr *addr, socklen_t len, uint16_t *port);
 int mgmt_unlisten(struct mgmt *m, const struct sockaddr *addr, socklen_t len);
 /* The UDP port a listener bound (after listening on port 0); 0 if none. */
 uint16_t mgmt_listen_port(struct mgmt *m, const struct sockaddr *addr, socklen_t len);

@@ -68,6 +68,14 @@ uint16_t mgmt_addr_port(const struct mgmt_addr *a)
 	return 0;
 }
 
+void mgmt_addr_set_port(struct mgmt_addr *a, uint16_t port)
+{
+	if (a->ss.ss_family == AF_INET)
+		((struct sockaddr_in *)(void *)&a->ss)->sin_port = htons(port);
+	else if (a->ss.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)(void *)&a->ss)->sin6_port = htons(port);
+}
+
 int mgmt_addr_family(const struct mgmt_addr *a)
 {
 	return a->ss.ss_family;

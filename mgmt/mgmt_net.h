@@ -19,6 +19,7 @@ struct mgmt_addr {
 int mgmt_addr_set(struct mgmt_addr *out, const struct sockaddr *sa, socklen_t len);
 bool mgmt_addr_equal(const struct mgmt_addr *a, const struct mgmt_addr *b);
 uint16_t mgmt_addr_port(const struct mgmt_addr *a);
+void mgmt_addr_set_port(struct mgmt_addr *a, uint16_t port);
 int mgmt_addr_family(const struct mgmt_addr *a);
 /* "1.2.3.4:80" or "[::1]:80". */
 void mgmt_addr_format(const struct mgmt_addr *a, char *buf, size_t cap);

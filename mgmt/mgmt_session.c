@@ -462,8 +462,16 @@ void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t 
 		break;
 	case MGMT_DISCONNECT: {
 		struct msess *s = sess_find_token(m, msg.uuid, msg.token);
-		if (s)
-			sess_close(m, s, -ENOTCONN, false, now);
+		if (!s)
+			break;
+		/* The peer sent its last packets (a FIN, say) on the datapath
+		 * before this goodbye, but whoever runs the endpoint reads them:
+		 * take them in first, or a clean close would look like a reset. */
+		rpc_lock(s->rpc);
+		for (int i = 0; i < 64 && rpc_run_once(s->rpc); i++)
+			;
+		rpc_unlock(s->rpc);
+		sess_close(m, s, -ENOTCONN, false, now);
 		break;
 	}
 	case MGMT_PING: {

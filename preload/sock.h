@@ -37,6 +37,7 @@ struct fsock {
 	int so_error;
 	bool kernel_gone; /* handed to the kernel: callers look the fd up again */
 	bool bound;       /* the application bound it (else connect binds it) */
+	int rdv_fd;       /* UDP socket holding the rendezvous port of a bind to port 0, or -1 */
 	bool linger0;     /* SO_LINGER on with a zero timeout: close resets */
 	bool nb_connect;  /* EINPROGRESS was returned: the next connect says 0 once */
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */

@@ -138,6 +138,13 @@ static void copy_addr_out(const struct sockaddr_storage *ss, socklen_t len, stru
 
 /* --- lifecycle --- */
 
+static void sock_drop_rendezvous(struct fsock *sk)
+{
+	if (sk->rdv_fd >= 0)
+		libc()->close(sk->rdv_fd);
+	sk->rdv_fd = -1;
+}
+
 static void sock_release(struct ffile *f)
 {
 	struct fsock *sk = f->priv;
@@ -149,6 +156,7 @@ static void sock_release(struct ffile *f)
 		free(sk);
 		return;
 	}
+	sock_drop_rendezvous(sk);
 	struct sockaddr_storage la;
 	socklen_t llen = 0;
 	ferry_lock();
@@ -188,6 +196,7 @@ static int sock_adopt(int fd, int domain, int type)
 	}
 	sk->file = f;
 	sk->domain = domain;
+	sk->rdv_fd = -1;
 	pthread_mutex_init(&sk->send_lock, NULL);
 	f->priv = sk;
 	f->release = sock_release;
@@ -210,6 +219,7 @@ static int sock_adopt(int fd, int domain, int type)
 static void sock_handoff(struct ffile *f)
 {
 	struct fsock *sk = f->priv;
+	sock_drop_rendezvous(sk);
 	epoll_file_kernelize(f);
 	__atomic_store_n(&sk->kernel_gone, true, __ATOMIC_RELEASE);
 	__atomic_store_n(&f->gone, true, __ATOMIC_RELEASE);
@@ -393,6 +403,7 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 		return rc == 1 ? 0 : rc;
 	if (st != FSOCK_NEW)
 		return c->connect(fd, a, l) == 0 ? 0 : -errno;
+	sock_drop_rendezvous(sk);
 
 	struct sockaddr_storage dst;
 	socklen_t dlen = sa_unmap(a, &dst);
@@ -476,6 +487,57 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 
 /* --- listen and accept --- */
 
+static void sa_set_port(struct sockaddr *sa, uint16_t port)
+{
+	if (sa->sa_family == AF_INET)
+		((struct sockaddr_in *)(void *)sa)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)(void *)sa)->sin6_port = htons(port);
+}
+
+/*
+ * A socket that asks for any port gets one whose UDP twin is free as well,
+ * or a listener's rendezvous could not be answered (the kernel's pick is
+ * often a port some process holds for UDP): the kernel picks a port for a
+ * UDP socket, the placeholder binds the same number, and the UDP socket is
+ * kept for the rendezvous. A few tries, then the kernel's own pick.
+ */
+static int sock_bind(struct ffile *f, int fd, const struct sockaddr *addr, socklen_t len)
+{
+	const struct libc_fns *c = libc();
+	struct fsock *sk = f->priv;
+	if (f->kind != FFILE_SOCK)
+		return c->bind(fd, addr, len) == 0 ? 0 : -errno;
+	if (addr && len >= sa_len(sk->domain) && len <= sizeof(struct sockaddr_storage) &&
+	    addr->sa_family == sk->domain && sa_port(addr) == 0 && sk->rdv_fd < 0 &&
+	    sk->state == FSOCK_NEW && ferry_state() == FERRY_ON) {
+		struct sockaddr_storage a;
+		memcpy(&a, addr, len);
+		for (int i = 0; i < 8; i++) {
+			uint16_t port;
+			ferry_internal_enter();
+			int u = mgmt_rendezvous_socket(addr, len, &port);
+			ferry_internal_leave();
+			if (u < 0)
+				break;
+			sa_set_port((struct sockaddr *)&a, port);
+			if (c->bind(fd, (struct sockaddr *)&a, len) == 0) {
+				sk->rdv_fd = u;
+				sk->bound = true;
+				return 0;
+			}
+			int err = errno;
+			c->close(u);
+			if (err != EADDRINUSE)
+				break;
+		}
+	}
+	if (c->bind(fd, addr, len) != 0)
+		return -errno;
+	sk->bound = true;
+	return 0;
+}
+
 static int sock_listen(struct ffile *f, int fd, int backlog)
 {
 	struct fsock *sk = f->priv;
@@ -489,6 +551,11 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 		ferry_unlock();
 		if (connected)
 			return -EINVAL;
+		if (!sk->bound && sk->state == FSOCK_NEW && ferry_state() == FERRY_ON) {
+			/* listen's autobind, done here so the port suits a rendezvous */
+			struct sockaddr_storage any = {.ss_family = (sa_family_t)sk->domain};
+			sock_bind(f, fd, (struct sockaddr *)&any, sa_len(sk->domain));
+		}
 	}
 	if (c->listen(fd, backlog) != 0)
 		return -errno;
@@ -511,7 +578,10 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 		return 0;
 	}
 	ferry_internal_enter();
-	int rc = mgmt_listen(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a, alen);
+	int rc = sk->rdv_fd >= 0 ? mgmt_listen_fd(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a,
+						  alen, sk->rdv_fd)
+				 : mgmt_listen(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a, alen);
+	sk->rdv_fd = -1;
 	ferry_internal_leave();
 	if (rc < 0) {
 		/* A v6-only listener beside a v4 one on the same port (redis
@@ -525,6 +595,8 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 		ferry_log(expected ? FERRY_LOG_INFO : FERRY_LOG_WARN,
 			  "listener on port %u is not accelerated: its rendezvous port udp/%u %s",
 			  port, port, rc == -EADDRINUSE ? "is taken" : strerror(-rc));
+		if (!expected)
+			stats_inc(ferry_stats()->listeners_plain);
 		sock_handoff(f);
 		return 0;
 	}
@@ -540,8 +612,10 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 		f->hybrid = true;
 	}
 	ferry_unlock();
-	if (sk->lis)
+	if (sk->lis) {
+		stats_inc(ferry_stats()->listeners);
 		epoll_file_hybrid(f); /* added to an epoll before listen() */
+	}
 	if (!sk->lis) {
 		ferry_internal_enter();
 		mgmt_unlisten(ferry.mgmt, (struct sockaddr *)&a, alen);
@@ -632,15 +706,14 @@ FERRY_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
 FERRY_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	/* The placeholder is the real socket: the kernel reserves the port. */
-	int rc = libc()->bind(fd, addr, len);
-	if (rc != 0 || !fdtable_maybe(&fdtab, fd) || ferry_internal())
-		return rc;
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
+		return libc()->bind(fd, addr, len);
 	struct ffile *f = sock_get(fd);
-	if (f && f->kind == FFILE_SOCK)
-		((struct fsock *)f->priv)->bound = true;
-	if (f)
-		ffile_put(&fdtab, f);
-	return rc;
+	if (!f)
+		return libc()->bind(fd, addr, len);
+	int rc = sock_bind(f, fd, addr, len);
+	ffile_put(&fdtab, f);
+	return (int)ferry_ret(rc);
 }
 
 FERRY_EXPORT int listen(int fd, int backlog)

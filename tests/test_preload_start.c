@@ -11,11 +11,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <net/if.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -168,6 +171,56 @@ Test(start, a_stream_is_carried_end_to_end, .timeout = 30)
 	close(cli);
 	close(srv);
 	close(lis);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY);
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text), "%s", path);
+	close(fd);
+}
+
+/*
+ * The kernel's pick for a bind to port 0 ignores UDP, but a listener's
+ * rendezvous needs the same port free for UDP. In a network namespace whose
+ * ephemeral range is half held by UDP sockets, every listener on any port
+ * must still answer rendezvous (without the care, each has about an even
+ * chance of a taken twin).
+ */
+Test(start, a_listener_on_any_port_gets_a_free_rendezvous_port, .timeout = 30)
+{
+	if (unshare(CLONE_NEWNET) != 0)
+		cr_skip_test("unshare(CLONE_NEWNET): %s: needs root", strerror(errno));
+	int ctl = socket(AF_INET, SOCK_DGRAM, 0);
+	struct ifreq ifr = {.ifr_name = "lo"};
+	cr_assert_eq(ioctl(ctl, SIOCGIFFLAGS, &ifr), 0);
+	ifr.ifr_flags |= IFF_UP;
+	cr_assert_eq(ioctl(ctl, SIOCSIFFLAGS, &ifr), 0, "lo up: %s", strerror(errno));
+	close(ctl);
+	write_file("/proc/sys/net/ipv4/ip_local_port_range", "41000 41031");
+	enum { HELD = 16, LISTENERS = 8 };
+	int held[HELD];
+	struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	for (int i = 0; i < HELD; i++) {
+		held[i] = socket(AF_INET, SOCK_DGRAM, 0);
+		cr_assert_eq(bind(held[i], (struct sockaddr *)&lo, sizeof(lo)), 0);
+	}
+	env_udp();
+	for (int i = 0; i < LISTENERS; i++) {
+		int cli, srv, lis;
+		stream_pair(&cli, &srv, &lis);
+		close(cli);
+		close(srv);
+		close(lis);
+	}
+	struct ferry_stats *st = ferry_stats();
+	cr_assert_eq(st->listeners_plain, 0, "every listener answers rendezvous");
+	cr_assert_eq(st->listeners, LISTENERS);
+	cr_assert_eq(st->streams_accepted, LISTENERS);
+	cr_assert_eq(st->kernel_accepts, 0);
+	for (int i = 0; i < HELD; i++)
+		close(held[i]);
 }
 
 Test(start, a_fork_child_gets_errors_and_the_parent_keeps_its_stream, .timeout = 30)

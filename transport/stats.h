@@ -21,6 +21,8 @@
 	X(fallback_unavailable)   /* ferry could not start here (see log) */       \
 	X(fallback_unsupported)   /* socket use ferry does not carry */            \
 	X(kernel_accepts)         /* plain clients accepted on a ferry listener */ \
+	X(listeners)              /* listeners answering rendezvous */            \
+	X(listeners_plain)        /* listeners left to the kernel (see log) */    \
 	X(bytes_tx)                                                                \
 	X(bytes_rx)                                                                \
 	X(pkts_tx)                                                                 \

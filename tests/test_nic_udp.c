@@ -101,9 +101,12 @@ static unsigned rx_wait(struct nic *n, struct nic_rx *out, unsigned max)
 	return 0;
 }
 
+/* Byte i of packet seq. A packet never starts with the bundle mark 0xB7 (a
+ * real one starts with PKTHDR_MAGIC), so neither does a test packet. */
 static uint8_t pattern(uint32_t seq, uint32_t i)
 {
-	return (uint8_t)(seq * 131 + i * 7 + (i >> 8));
+	uint8_t v = (uint8_t)(seq * 131 + i * 7 + (i >> 8));
+	return i == 0 && v == 0xB7 ? 0xF5 : v;
 }
 
 static void fill(uint8_t *buf, uint32_t len, uint32_t seq)
@@ -208,7 +211,8 @@ Test(nic_udp, returned_buffers_are_reused_in_any_order, .timeout = 30)
 {
 	struct pair p;
 	pair_open(&p, 2048);
-	enum { SENT = 400, LEN = 64 };
+	/* Two packets of LEN do not fit in 2048 bytes: one datagram each. */
+	enum { SENT = 400, LEN = 1100 };
 	static uint8_t bufs[SENT][LEN], heads[SENT][32];
 	static struct nic_tx tx[SENT];
 	for (uint32_t i = 0; i < SENT; i++) {
@@ -259,6 +263,160 @@ Test(nic_udp, returned_buffers_are_reused_in_any_order, .timeout = 30)
 			nic_post_recvs(p.b, &held[i].buf, 1);
 	for (unsigned i = 0; i < m; i++)
 		nic_post_recvs(p.b, &more[i].buf, 1);
+	pair_close(&p);
+}
+
+/* A plain UDP socket on loopback, to see the datagrams a nic sends. */
+static int raw_peer(struct nic *from, struct nic_peer **to)
+{
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+	cr_assert_geq(s, 0);
+	struct sockaddr_in a = loopback4;
+	a.sin_port = 0;
+	cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	socklen_t al = sizeof(a);
+	cr_assert_eq(getsockname(s, (struct sockaddr *)&a, &al), 0);
+	struct nic_route r;
+	nic_local_route(from, &r);
+	nic_route_fixup(from, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
+	uint16_t port = a.sin_port;
+	memcpy(r.data + 1, &port, 2);
+	cr_assert_eq(nic_peer_create(from, &r, to), 0);
+	return s;
+}
+
+static ssize_t raw_recv(int s, uint8_t *buf, size_t cap)
+{
+	struct pollfd pfd = {.fd = s, .events = POLLIN};
+	poll(&pfd, 1, 2000);
+	return recv(s, buf, cap, MSG_DONTWAIT);
+}
+
+Test(nic_udp, small_packets_to_one_peer_share_a_datagram, .timeout = 30)
+{
+	struct pair p;
+	pair_open(&p, 0);
+	struct nic_peer *raw_to;
+	int raw = raw_peer(p.a, &raw_to);
+	enum { N = 10 };
+	static uint8_t bufs[N][200], heads[N][32];
+	struct nic_tx tx[N + 2];
+	for (uint32_t i = 0; i < N; i++) {
+		fill(bufs[i], 33 + 17 * i, i);
+		make_tx(&tx[i], raw_to, bufs[i], 33 + 17 * i, heads[i]);
+	}
+	/* Then one for the nic peer, and one more for the raw socket. */
+	static uint8_t lone[2][40];
+	fill(lone[0], 40, 50);
+	fill(lone[1], 40, 51);
+	tx[N] = (struct nic_tx){.peer = p.a_to_b, .nsge = 1, .sge = {{.addr = lone[0], .len = 40}}};
+	tx[N + 1] = (struct nic_tx){.peer = raw_to, .nsge = 1, .sge = {{.addr = lone[1], .len = 40}}};
+	cr_assert_eq(nic_tx_burst(p.a, tx, N + 2), N + 2);
+
+	static uint8_t d[65536];
+	ssize_t len = raw_recv(raw, d, sizeof(d));
+	cr_assert_gt(len, 0);
+	cr_assert_eq(d[0], 0xB7, "a bundle");
+	cr_assert_eq(d[2] | d[3] << 8, N, "of all %d consecutive packets", N);
+	size_t off = 8;
+	for (uint32_t i = 0; i < N; i++) {
+		uint32_t plen = d[off] | d[off + 1] << 8 | (uint32_t)d[off + 2] << 16;
+		cr_assert_eq(plen, 33 + 17 * i);
+		off += 8;
+		cr_assert_eq(off % 8, 0, "packet %u is 8-byte aligned", i);
+		struct nic_rx view = {.pkt = d + off, .len = plen};
+		check(&view, plen, i);
+		off += (plen + 7) & ~7u;
+	}
+	cr_assert_eq(off, (size_t)len);
+	len = raw_recv(raw, d, sizeof(d));
+	cr_assert_eq(len, 40, "the packet after another peer's goes alone, unframed");
+	struct nic_rx view = {.pkt = d, .len = 40};
+	check(&view, 40, 51);
+	struct nic_rx rx;
+	cr_assert_eq(rx_wait(p.b, &rx, 1), 1);
+	check(&rx, 40, 50);
+	nic_post_recvs(p.b, &rx.buf, 1);
+	nic_peer_destroy(p.a, raw_to);
+	close(raw);
+	pair_close(&p);
+}
+
+Test(nic_udp, a_bundle_arrives_as_its_packets_however_few_are_asked_for, .timeout = 30)
+{
+	struct pair p;
+	pair_open(&p, 0);
+	enum { N = 40 };
+	static uint8_t bufs[N][300], heads[N][32];
+	struct nic_tx tx[N];
+	for (uint32_t i = 0; i < N; i++) {
+		fill(bufs[i], 1 + 7 * i, i);
+		make_tx(&tx[i], p.a_to_b, bufs[i], 1 + 7 * i, heads[i]);
+	}
+	cr_assert_eq(nic_tx_burst(p.a, tx, N), N);
+	struct nic_rx rx[N];
+	unsigned got = rx_wait(p.b, rx, 3);
+	cr_assert_eq(got, 3, "as many as asked for");
+	cr_assert_eq(nic_arm_notify(p.b), 1, "the rest is waiting: do not sleep");
+	/* Each buffer goes back when its last packet does. */
+	nic_post_recvs(p.b, &rx[0].buf, 1);
+	while (got < N) {
+		unsigned n = nic_rx_burst(p.b, rx + got, 5);
+		cr_assert_gt(n, 0, "only %u of %u", got, N);
+		got += n;
+	}
+	cr_assert_eq(nic_arm_notify(p.b), 0);
+	for (uint32_t i = 0; i < N; i++) {
+		check(&rx[i], 1 + 7 * i, i);
+		cr_assert_eq((uintptr_t)rx[i].pkt % 8, 0);
+		cr_assert_eq(rx[i].buf, rx[0].buf, "one datagram, one buffer");
+	}
+	for (uint32_t i = 1; i < N; i++)
+		nic_post_recvs(p.b, &rx[i].buf, 1);
+	cr_assert_eq(p.sb.drops, 0);
+	pair_close(&p);
+}
+
+Test(nic_udp, malformed_bundles_are_dropped_and_counted, .timeout = 30)
+{
+	struct pair p;
+	pair_open(&p, 1500);
+	int s = socket(AF_INET, SOCK_DGRAM, 0);
+	cr_assert_geq(s, 0);
+	struct sockaddr_in to = loopback4;
+	to.sin_port = htons(p.b_port);
+	/* count, lengths and padding that do not add up to the datagram */
+	static const uint8_t bad[][40] = {
+		{0xB7, 1, 2, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0},
+		{0xB7, 1, 1, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0},
+		{0xB7, 2, 2, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+		 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+		{0xB7, 1, 2, 0, 0, 0, 0, 0, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+		{0xB7, 1, 2, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+		 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+		{0xB7},
+	};
+	static const size_t bad_len[] = {24, 24, 40, 24, 39, 1};
+	for (size_t i = 0; i < sizeof(bad_len) / sizeof(bad_len[0]); i++)
+		cr_assert_eq(sendto(s, bad[i], bad_len[i], 0, (struct sockaddr *)&to, sizeof(to)),
+			     (ssize_t)bad_len[i]);
+	/* and a good one, built by hand: two packets of 1 and 9 bytes */
+	uint8_t good[48] = {0xB7, 1, 2, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 'a'};
+	good[24] = 9;
+	memcpy(good + 32, "bcdefghij", 9);
+	cr_assert_eq(sendto(s, good, 48, 0, (struct sockaddr *)&to, sizeof(to)), 48);
+	struct nic_rx rx[2];
+	unsigned n = rx_wait(p.b, rx, 2);
+	cr_assert_eq(n, 2);
+	cr_assert_eq(rx[0].len, 1);
+	cr_assert_eq(rx[0].pkt[0], 'a');
+	cr_assert_eq(rx[1].len, 9);
+	cr_assert_eq(memcmp(rx[1].pkt, "bcdefghij", 9), 0);
+	nic_post_recvs(p.b, &rx[0].buf, 1);
+	nic_post_recvs(p.b, &rx[1].buf, 1);
+	cr_assert_eq(p.sb.drop_bundle, 6);
+	cr_assert_eq(p.sb.drops, 6);
+	close(s);
 	pair_close(&p);
 }
 

@@ -39,6 +39,27 @@
 #define UDP_ROUTE_LEN4 (UDP_ROUTE_HOST + 4)
 #define UDP_ROUTE_LEN6 (UDP_ROUTE_HOST + 16)
 
+/*
+ * Bundles: a burst often holds several small packets for one peer (a batch
+ * of requests, the answers to many connections of one client process), and
+ * each datagram costs the kernel far more than its bytes. Consecutive
+ * packets to one peer that fit together travel as one datagram: an 8-byte
+ * bundle header (mark, version, count little endian, zeros), then per packet
+ * an 8-byte frame (length little endian, zeros) and the packet, padded to 8
+ * bytes so every packet header stays aligned. A packet header's first byte is
+ * PKTHDR_MAGIC, never the mark, so a lone packet needs no framing.
+ */
+#define UDP_BUNDLE_MARK 0xB7u
+#define UDP_BUNDLE_VERSION 1u
+#define UDP_BUNDLE_HDR 8u
+#define UDP_FRAME_HDR 8u
+#define UDP_BUNDLE_MAX 64u
+/* Packets split out of bundles beyond what the caller asked for wait here:
+ * at most a batch of datagrams, each a full bundle. */
+#define NIC_UDP_PENDING (NIC_UDP_BATCH * UDP_BUNDLE_MAX)
+/* Per datagram: the bundle header, then per packet a frame, two sges, padding. */
+#define NIC_UDP_TX_IOVS (NIC_UDP_BATCH * 5u)
+
 struct nic_peer {
 	union {
 		struct sockaddr sa;
@@ -59,14 +80,24 @@ struct nic_udp {
 	size_t stride, map_len;
 	uint32_t free_stack[NIC_UDP_RX_BUFS];
 	unsigned nfree;
-	bool out[NIC_UDP_RX_BUFS]; /* held by the owner, to catch double returns */
+	/* Packets of each buffer held by the owner (a bundle's share one), to
+	 * reuse it only when all are back and to catch double returns. */
+	uint8_t refs[NIC_UDP_RX_BUFS];
 
 	struct mmsghdr rx_msgs[NIC_UDP_BATCH];
 	struct iovec rx_iov[NIC_UDP_BATCH];
 	uint32_t rx_idx[NIC_UDP_BATCH];
+	struct nic_rx pending[NIC_UDP_PENDING];
+	unsigned pending_head, pending_n;
+
 	struct mmsghdr tx_msgs[NIC_UDP_BATCH];
-	struct iovec tx_iov[NIC_UDP_BATCH][2];
+	unsigned tx_pkts[NIC_UDP_BATCH]; /* packets in each datagram */
+	struct iovec tx_iov[NIC_UDP_TX_IOVS];
+	uint8_t tx_hdr[NIC_UDP_BATCH][UDP_BUNDLE_HDR];
+	uint8_t tx_frame[NIC_UDP_BATCH][UDP_FRAME_HDR];
 };
+
+static const uint8_t udp_zero_pad[8];
 
 static struct nic_udp *nic_udp_of(struct nic *nic)
 {
@@ -83,26 +114,112 @@ static bool is_temporary(int err)
 	return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS;
 }
 
-/* Sends pkts as msgs[0..k) built from them; returns how many the caller may
- * count as accepted. */
+static uint32_t tx_len(const struct nic_tx *p)
+{
+	uint32_t len = 0;
+	for (unsigned s = 0; s < p->nsge; s++)
+		len += p->sge[s].len;
+	return len;
+}
+
+static uint32_t pad8(uint32_t len)
+{
+	return (8u - (len & 7u)) & 7u;
+}
+
+static void put_le(uint8_t *b, uint32_t v, unsigned bytes)
+{
+	for (unsigned i = 0; i < bytes; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_le(const uint8_t *b, unsigned bytes)
+{
+	uint32_t v = 0;
+	for (unsigned i = 0; i < bytes; i++)
+		v |= (uint32_t)b[i] << (8 * i);
+	return v;
+}
+
+/* How many packets from pkts[0..k) go in the next datagram (1: alone). */
+static unsigned bundle_extent(const struct nic_udp *u, const struct nic_tx *pkts, unsigned k)
+{
+	uint32_t first = tx_len(&pkts[0]);
+	size_t total = UDP_BUNDLE_HDR + UDP_FRAME_HDR + first + pad8(first);
+	unsigned n = 1;
+	while (n < k && n < UDP_BUNDLE_MAX && pkts[n].peer == pkts[0].peer) {
+		uint32_t len = tx_len(&pkts[n]);
+		if (total + UDP_FRAME_HDR + len + pad8(len) > u->base.max_pkt_size)
+			break;
+		total += UDP_FRAME_HDR + len + pad8(len);
+		n++;
+	}
+	return n;
+}
+
+/* Builds datagrams from pkts[0..k) into tx_msgs; returns how many. */
+static unsigned nic_udp_build(struct nic_udp *u, const struct nic_tx *pkts, unsigned k)
+{
+	unsigned m = 0, iov = 0, i = 0;
+	while (i < k) {
+		unsigned n = bundle_extent(u, pkts + i, k - i);
+		struct iovec *first_iov = &u->tx_iov[iov];
+		if (n > 1) {
+			uint8_t *h = u->tx_hdr[m];
+			memset(h, 0, UDP_BUNDLE_HDR);
+			h[0] = UDP_BUNDLE_MARK;
+			h[1] = UDP_BUNDLE_VERSION;
+			put_le(h + 2, n, 2);
+			u->tx_iov[iov++] = (struct iovec){.iov_base = h, .iov_len = UDP_BUNDLE_HDR};
+		}
+		for (unsigned j = 0; j < n; j++) {
+			const struct nic_tx *p = &pkts[i + j];
+			uint32_t len = tx_len(p);
+			if (n > 1) {
+				uint8_t *f = u->tx_frame[i + j];
+				memset(f, 0, UDP_FRAME_HDR);
+				put_le(f, len, 4);
+				u->tx_iov[iov++] = (struct iovec){.iov_base = f, .iov_len = UDP_FRAME_HDR};
+			}
+			for (unsigned s = 0; s < p->nsge; s++)
+				u->tx_iov[iov++] = (struct iovec){.iov_base = (void *)p->sge[s].addr,
+								  .iov_len = p->sge[s].len};
+			if (n > 1 && pad8(len))
+				u->tx_iov[iov++] = (struct iovec){.iov_base = (void *)udp_zero_pad,
+								  .iov_len = pad8(len)};
+		}
+		u->tx_msgs[m].msg_hdr = (struct msghdr){
+			.msg_name = &pkts[i].peer->addr, .msg_namelen = pkts[i].peer->len,
+			.msg_iov = first_iov, .msg_iovlen = (size_t)(&u->tx_iov[iov] - first_iov)};
+		u->tx_pkts[m++] = n;
+		i += n;
+	}
+	return m;
+}
+
+static void nic_udp_report_failure(const struct nic_peer *peer, int err)
+{
+	char dst[INET6_ADDRSTRLEN] = "?";
+	if (peer->addr.sa.sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &peer->addr.in6.sin6_addr, dst, sizeof(dst));
+	else
+		inet_ntop(AF_INET, &peer->addr.in.sin_addr, dst, sizeof(dst));
+	ferry_log_once(FERRY_LOG_WARN, "udp: send to %s failed: %s (packet dropped)", dst,
+		       strerror(err));
+}
+
+/* Sends pkts[0..k) (k <= NIC_UDP_BATCH); returns how many packets the caller
+ * may count as accepted. */
 static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts, unsigned k,
 				   bool *full)
 {
-	for (unsigned i = 0; i < k; i++) {
-		const struct nic_tx *p = &pkts[i];
-		struct msghdr *h = &u->tx_msgs[i].msg_hdr;
-		for (unsigned s = 0; s < p->nsge; s++) {
-			u->tx_iov[i][s].iov_base = (void *)p->sge[s].addr;
-			u->tx_iov[i][s].iov_len = p->sge[s].len;
-		}
-		*h = (struct msghdr){.msg_name = &p->peer->addr, .msg_namelen = p->peer->len,
-				     .msg_iov = u->tx_iov[i], .msg_iovlen = p->nsge};
-	}
-	unsigned done = 0;
-	while (done < k) {
-		int r = sendmmsg(u->fd, u->tx_msgs + done, k - done, MSG_DONTWAIT);
+	unsigned m = nic_udp_build(u, pkts, k);
+	unsigned done = 0, accepted = 0;
+	while (done < m) {
+		int r = sendmmsg(u->fd, u->tx_msgs + done, m - done, MSG_DONTWAIT);
 		if (r > 0) {
-			done += (unsigned)r;
+			for (int d = 0; d < r; d++)
+				accepted += u->tx_pkts[done++];
 			continue;
 		}
 		int err = r < 0 ? errno : EAGAIN;
@@ -112,26 +229,19 @@ static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts,
 			/* The socket is full: what remains is not accepted, and
 			 * the caller's retransmission covers it. */
 			*full = true;
-			return done;
+			return accepted;
 		}
 		/*
 		 * A hard error belongs to this one destination (EMSGSIZE,
 		 * ENETUNREACH, EACCES from a firewall...). Stopping here would let
-		 * one bad peer stall every packet behind it, so the packet is
+		 * one bad peer stall every packet behind it, so the datagram is
 		 * lost as if on the wire and the burst goes on.
 		 */
-		u->tx_failures++;
-		char dst[INET6_ADDRSTRLEN] = "?";
-		const struct nic_peer *peer = pkts[done].peer;
-		if (peer->addr.sa.sa_family == AF_INET6)
-			inet_ntop(AF_INET6, &peer->addr.in6.sin6_addr, dst, sizeof(dst));
-		else
-			inet_ntop(AF_INET, &peer->addr.in.sin_addr, dst, sizeof(dst));
-		ferry_log_once(FERRY_LOG_WARN, "udp: send to %s failed: %s (packet dropped)", dst,
-			       strerror(err));
-		done++;
+		u->tx_failures += u->tx_pkts[done];
+		nic_udp_report_failure(pkts[accepted].peer, err);
+		accepted += u->tx_pkts[done++];
 	}
-	return done;
+	return accepted;
 }
 
 static unsigned nic_udp_tx_burst(struct nic *nic, const struct nic_tx *pkts, unsigned n)
@@ -151,16 +261,87 @@ static unsigned nic_udp_tx_burst(struct nic *nic, const struct nic_tx *pkts, uns
 	return sent;
 }
 
+/* Hands out one packet of buffer b: to the caller while it has room, else
+ * to the pending queue. */
+static void rx_emit(struct nic_udp *u, struct nic_rx *out, unsigned max, unsigned *n, uint32_t b,
+		    uint8_t *pkt, uint32_t len)
+{
+	struct nic_rx r = {.pkt = pkt, .len = len, .buf = u->bufs + (size_t)b * u->stride};
+	u->refs[b]++;
+	if (*n < max)
+		out[(*n)++] = r;
+	else
+		u->pending[u->pending_head + u->pending_n++] = r;
+}
+
+/* The packets of a bundle, or 0 if it is malformed (then nothing is emitted). */
+static unsigned bundle_count(const uint8_t *d, uint32_t len)
+{
+	if (len < UDP_BUNDLE_HDR || d[1] != UDP_BUNDLE_VERSION || get_le(d + 4, 4) != 0)
+		return 0;
+	unsigned count = get_le(d + 2, 2);
+	if (count < 2 || count > UDP_BUNDLE_MAX)
+		return 0;
+	uint32_t off = UDP_BUNDLE_HDR;
+	for (unsigned i = 0; i < count; i++) {
+		if (len - off < UDP_FRAME_HDR)
+			return 0;
+		uint32_t plen = get_le(d + off, 4);
+		if (plen == 0 || get_le(d + off + 4, 4) != 0 || plen > len - off - UDP_FRAME_HDR)
+			return 0;
+		off += UDP_FRAME_HDR + plen;
+		if (pad8(plen) > len - off)
+			return 0;
+		off += pad8(plen);
+	}
+	return off == len ? count : 0;
+}
+
+/* Splits datagram d of buffer b into packets; false if it was dropped. */
+static bool rx_datagram(struct nic_udp *u, struct nic_rx *out, unsigned max, unsigned *n,
+			uint32_t b, uint32_t len)
+{
+	uint8_t *d = u->bufs + (size_t)b * u->stride;
+	if (len == 0 || d[0] != UDP_BUNDLE_MARK) {
+		rx_emit(u, out, max, n, b, d, len);
+		return true;
+	}
+	unsigned count = bundle_count(d, len);
+	if (!count) {
+		if (u->base.stats)
+			stats_drop(u->base.stats, bundle);
+		return false;
+	}
+	uint32_t off = UDP_BUNDLE_HDR;
+	for (unsigned i = 0; i < count; i++) {
+		uint32_t plen = get_le(d + off, 4);
+		rx_emit(u, out, max, n, b, d + off + UDP_FRAME_HDR, plen);
+		off += UDP_FRAME_HDR + plen + pad8(plen);
+	}
+	return true;
+}
+
 static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned max)
 {
 	struct nic_udp *u = nic_udp_of(nic);
-	unsigned k = max < u->nfree ? max : u->nfree;
+	unsigned n = 0;
+	while (n < max && u->pending_n) {
+		out[n++] = u->pending[u->pending_head++];
+		u->pending_n--;
+	}
+	if (!u->pending_n)
+		u->pending_head = 0;
+	/* Datagrams wait in the socket until every split packet is out, so
+	 * the pending queue never holds more than one batch's bundles. */
+	if (n == max || u->pending_n)
+		return n;
+	unsigned k = max - n < u->nfree ? max - n : u->nfree;
 	if (k > NIC_UDP_BATCH)
 		k = NIC_UDP_BATCH;
 	/* With every buffer out, datagrams wait in the socket (and past
 	 * SO_RCVBUF the kernel drops them) instead of overwriting held ones. */
 	if (k == 0)
-		return 0;
+		return n;
 	for (unsigned i = 0; i < k; i++) {
 		uint32_t b = u->free_stack[u->nfree - 1 - i];
 		u->rx_idx[i] = b;
@@ -172,23 +353,21 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	if (r <= 0) {
 		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			ferry_log_once(FERRY_LOG_WARN, "udp: recvmmsg failed: %s", strerror(errno));
-		return 0;
+		return n;
 	}
 	/* The first r candidates were filled; keep the good ones, and leave the
-	 * rest (and truncated ones) on the free stack. */
-	unsigned n = 0, keep = u->nfree - k;
+	 * rest (and truncated or malformed ones) on the free stack. */
+	unsigned keep = u->nfree - k;
 	for (unsigned i = 0; i < k; i++) {
 		uint32_t b = u->rx_idx[i];
-		if (i < (unsigned)r && !(u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC)) {
-			out[n].pkt = u->bufs + (size_t)b * u->stride;
-			out[n].len = u->rx_msgs[i].msg_len;
-			out[n].buf = out[n].pkt;
-			u->out[b] = true;
-			n++;
-			continue;
+		if (i < (unsigned)r) {
+			if (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
+				if (nic->stats)
+					stats_drop(nic->stats, size); /* larger than this nic's packets */
+			} else if (rx_datagram(u, out, max, &n, b, u->rx_msgs[i].msg_len)) {
+				continue;
+			}
 		}
-		if (i < (unsigned)r && nic->stats)
-			stats_drop(nic->stats, size); /* larger than this nic's packets */
 		u->free_stack[keep++] = b;
 	}
 	u->nfree = keep;
@@ -202,14 +381,14 @@ static void nic_udp_post_recvs(struct nic *nic, void *const *bufs, unsigned n)
 		size_t off = (size_t)((uint8_t *)bufs[i] - u->bufs);
 		size_t b = off / u->stride;
 		if ((uint8_t *)bufs[i] < u->bufs || off % u->stride || b >= NIC_UDP_RX_BUFS ||
-		    !u->out[b]) {
+		    !u->refs[b]) {
 			/* A foreign or twice-returned buffer would later hold two
 			 * packets at once; fail where the bug is. */
 			log_error("udp: post_recvs got a buffer it did not hand out (%p)", bufs[i]);
 			abort();
 		}
-		u->out[b] = false;
-		u->free_stack[u->nfree++] = (uint32_t)b;
+		if (--u->refs[b] == 0)
+			u->free_stack[u->nfree++] = (uint32_t)b;
 	}
 }
 
@@ -223,13 +402,13 @@ static int nic_udp_notify_fd(const struct nic *nic)
 
 /*
  * The socket is level-triggered: poll returns at once while a datagram is
- * queued, so the caller may always go to sleep and a MSG_PEEK here would only
- * cost a system call. (A caller that holds every receive buffer will see the
+ * queued, so the caller may sleep unless packets split out of a bundle are
+ * still pending here; a MSG_PEEK would only cost a system call. (A caller that holds every receive buffer will see the
  * fd readable and rx_burst return 0 until it posts some back.)
  */
 static int nic_udp_arm_notify(struct nic *nic)
 {
-	return 0;
+	return nic_udp_of(nic)->pending_n ? 1 : 0;
 }
 
 /* Nothing to pin: the kernel copies from user memory on every send. */

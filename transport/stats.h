@@ -41,6 +41,7 @@
 	X(drop_number)                                                             \
 	X(drop_fault)                                                              \
 	X(drop_nomem)                                                              \
+	X(drop_bundle)            /* malformed udp bundle datagram */             \
 	X(sessions)                                                                \
 	X(sessions_closed)                                                         \
 	X(dead_peers)                                                              \

@@ -17,6 +17,7 @@
 #include "preload/ferry.h"
 #include "preload/libc.h"
 #include "preload/peercache.h"
+#include "preload/phpool.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/rpc.h"
@@ -49,6 +50,7 @@ FERRY_EXPORT pid_t fork(void)
 	/* The child: the endpoint lock stays taken forever (nothing may use
 	 * the endpoint here), and this thread is the only one. */
 	fdtable_each(&fdtab, fork_kill_file, NULL);
+	phpool_fork_child();
 	wait_fork_child();
 	ferry_forked_child();
 	ferry_internal_depth = 0;
@@ -89,6 +91,7 @@ FERRY_EXPORT int daemon(int nochdir, int noclose)
 	 * (its inherited sockets stay dead). */
 	stream_forget_all();
 	peercache_reset();
+	phpool_drain();
 	__atomic_store_n(&ferry.stats, NULL, __ATOMIC_RELEASE);
 	ferry.nx = NULL;
 	ferry.rpc = NULL;

@@ -247,6 +247,7 @@ static struct ffile *io_file(int fd)
 	struct stream *s;
 	int state;
 	if (io_route(f, &s, &state) == IO_KERNEL) {
+		sock_kernel_own(f, fd); /* a send may connect (MSG_FASTOPEN) */
 		ffile_put(&fdtab, f);
 		return NULL;
 	}

@@ -40,6 +40,13 @@ struct fsock {
 	int rdv_fd;       /* UDP socket holding the rendezvous port of a bind to port 0, or -1 */
 	bool linger0;     /* SO_LINGER on with a zero timeout: close resets */
 	bool nb_connect;  /* EINPROGRESS was returned: the next connect says 0 once */
+	/* The pooled kernel socket behind the numbers (see phpool.h): its
+	 * hidden fd, or -1 when the placeholder is the application's own. */
+	int ph_fd;
+	bool ph_bound;  /* from the bound pool (behind a client stream) */
+	bool ph_dirty;  /* atomic: the kernel keeps state of it: never pooled again */
+	bool cloexec;   /* FD_CLOEXEC of the one number, unless cloexec_unknown */
+	bool cloexec_unknown;
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */
 	/* TCP options set on a stream, kept here instead of on the
 	 * placeholder (no system call per option): bit i of opt_set says
@@ -70,6 +77,11 @@ uint64_t sock_deadline(uint64_t timeo_ns);
 /* The fallback of a connect that could not use ferry, off any lock: a
  * real connect on the placeholder, and the fd becomes the kernel's. */
 void sock_fallback_async(struct ffile *f);
+
+/* The kernel is about to keep state of f's socket (an option, an address,
+ * a connection, file flags): a pooled placeholder is the socket's own from
+ * now on, with the file flags ferry kept brought in step. */
+void sock_kernel_own(struct ffile *f, int fd);
 
 /* Raises SIGPIPE for an EPIPE, as the kernel does, unless suppressed. */
 void sock_sigpipe(int flags);

@@ -22,6 +22,7 @@
 #include "preload/ferry.h"
 #include "preload/libc.h"
 #include "preload/peercache.h"
+#include "preload/phpool.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
@@ -159,8 +160,13 @@ static void sock_release(struct ffile *f)
 	sock_drop_rendezvous(sk);
 	struct sockaddr_storage la;
 	socklen_t llen = 0;
+	bool dirty = __atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE);
 	ferry_lock();
 	if (sk->stream) {
+		if (sk->ph_fd >= 0 && sk->ph_bound && !dirty) {
+			sk->stream->ph_fd = sk->ph_fd; /* pooled once the stream is gone */
+			sk->ph_fd = -1;
+		}
 		if (sk->linger0)
 			stream_abort(ferry.rpc, sk->stream);
 		else
@@ -180,11 +186,18 @@ static void sock_release(struct ffile *f)
 		mgmt_unlisten(ferry.mgmt, (struct sockaddr *)&la, llen);
 		ferry_internal_leave();
 	}
+	if (sk->ph_fd >= 0) {
+		if (dirty || sk->ph_bound)
+			libc()->close(sk->ph_fd);
+		else
+			phpool_give(sk->domain, sk->ph_fd);
+	}
 	free(sk);
 }
 
-/* Makes fd's file ferry's socket. Returns 0 or -errno (fd stays plain). */
-static int sock_adopt(int fd, int domain, int type)
+/* Makes fd's file ferry's socket; ph_fd is the pooled socket fd duplicates,
+ * or -1. Returns 0 or -errno (fd stays plain, ph_fd untouched). */
+static int sock_adopt(int fd, int domain, int type, int ph_fd)
 {
 	struct ffile *f = ffile_new(&fdtab, FFILE_SOCK);
 	struct fsock *sk = calloc(1, sizeof(*sk));
@@ -197,6 +210,8 @@ static int sock_adopt(int fd, int domain, int type)
 	sk->file = f;
 	sk->domain = domain;
 	sk->rdv_fd = -1;
+	sk->ph_fd = ph_fd;
+	sk->cloexec = (type & SOCK_CLOEXEC) != 0;
 	pthread_mutex_init(&sk->send_lock, NULL);
 	f->priv = sk;
 	f->release = sock_release;
@@ -209,8 +224,67 @@ static int sock_adopt(int fd, int domain, int type)
 			ffile_put(&fdtab, old);
 		rc = fdtable_install(&fdtab, fd, f);
 	}
+	if (rc != 0)
+		sk->ph_fd = -1; /* the caller's still */
 	ffile_put(&fdtab, f);
 	return rc;
+}
+
+/* Whether f's numbers are duplicates of a pooled socket the kernel keeps
+ * no state of yet (file flags wait in f->status). */
+static bool sock_pooled_clean(const struct fsock *sk)
+{
+	return __atomic_load_n(&sk->ph_fd, __ATOMIC_SEQ_CST) >= 0 &&
+	       !__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE);
+}
+
+/* Guards ph_fd of installed sockets against sock_reclaim. */
+static pthread_mutex_t ph_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void sock_reclaim_one(struct ffile *f, void *arg)
+{
+	(void)arg;
+	struct fsock *sk = f->priv;
+	if (f->kind != FFILE_SOCK || !sk || sk->ph_fd < 0)
+		return;
+	int h = sk->ph_fd;
+	__atomic_store_n(&sk->ph_fd, -1, __ATOMIC_SEQ_CST);
+	/* From here F_SETFL goes to the kernel itself; what it kept until now
+	 * goes there first (the fence pairs with fcntl's). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	int st = __atomic_load_n(&f->status, __ATOMIC_RELAXED) & ~O_ACCMODE;
+	if (!__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) && st && f->nfds)
+		libc()->fcntl(f->fds[0], F_SETFL, st);
+	libc()->close(h);
+}
+
+/*
+ * Descriptors are running short (phpool_pressure): every live socket lets
+ * go of its pooled socket's hidden descriptor (its numbers keep the socket;
+ * it is simply the application's own from now on), and the pools close
+ * theirs, so ferry never costs the application a descriptor it needs.
+ */
+static void sock_reclaim(void)
+{
+	pthread_mutex_lock(&ph_lock);
+	fdtable_each(&fdtab, sock_reclaim_one, NULL);
+	pthread_mutex_unlock(&ph_lock);
+	phpool_drain();
+	log_info("descriptors running short: placeholders are not pooled for now");
+}
+
+void sock_kernel_own(struct ffile *f, int fd)
+{
+	struct fsock *sk = f->priv;
+	if (f->kind != FFILE_SOCK || !sk || __atomic_load_n(&sk->ph_fd, __ATOMIC_SEQ_CST) < 0 ||
+	    __atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) ||
+	    __atomic_exchange_n(&sk->ph_dirty, true, __ATOMIC_ACQ_REL))
+		return;
+	/* A pooled socket's kernel flags are a fresh socket's: ferry kept the
+	 * application's (F_SETFL, FIONBIO, SOCK_NONBLOCK) until now. */
+	int st = __atomic_load_n(&f->status, __ATOMIC_RELAXED) & ~O_ACCMODE;
+	if (st)
+		libc()->fcntl(fd, F_SETFL, st);
 }
 
 /* The socket becomes the kernel's for good: registrations move to kernel
@@ -219,6 +293,9 @@ static int sock_adopt(int fd, int domain, int type)
 static void sock_handoff(struct ffile *f)
 {
 	struct fsock *sk = f->priv;
+	int fd;
+	if (ffile_fds(&fdtab, f, &fd, 1))
+		sock_kernel_own(f, fd);
 	sock_drop_rendezvous(sk);
 	epoll_file_kernelize(f);
 	__atomic_store_n(&sk->kernel_gone, true, __ATOMIC_RELEASE);
@@ -261,6 +338,7 @@ void sock_fallback_async(struct ffile *f)
 	int fd;
 	if (ffile_fds(&fdtab, f, &fd, 1) == 0)
 		return; /* closed meanwhile */
+	sock_kernel_own(f, fd);
 	int rc = libc()->connect(fd, (struct sockaddr *)&sk->dst, sk->dst_len);
 	if (rc != 0 && errno != EINPROGRESS) {
 		/* The application already has EINPROGRESS: report through
@@ -289,6 +367,31 @@ static int sock_open_stream(struct fsock *sk, int session, const struct sockaddr
 	return 0;
 }
 
+/* The address (port 0) a socket of sk's family reaching dst binds. */
+static int sock_source(const struct fsock *sk, const struct sockaddr *dst,
+		       struct sockaddr_storage *out, socklen_t *olen)
+{
+	struct sockaddr_storage src;
+	socklen_t slen;
+	int rc = peercache_source(dst, &src, &slen);
+	if (rc)
+		return rc;
+	if (sk->domain == AF_INET6 && src.ss_family == AF_INET) {
+		/* A v6 socket reaching a v4 peer binds the mapped address. */
+		struct sockaddr_in v4 = *(struct sockaddr_in *)(void *)&src;
+		struct sockaddr_in6 *in6 = (void *)&src;
+		memset(in6, 0, sizeof(*in6));
+		in6->sin6_family = AF_INET6;
+		in6->sin6_addr.s6_addr[10] = 0xff;
+		in6->sin6_addr.s6_addr[11] = 0xff;
+		memcpy(&in6->sin6_addr.s6_addr[12], &v4.sin_addr, 4);
+		slen = sizeof(*in6);
+	}
+	*out = src;
+	*olen = slen;
+	return 0;
+}
+
 /* The local address a ferry client shows: its placeholder is bound to the
  * source address and a real ephemeral port, so numbers are unique and
  * getsockname here matches getpeername at the server. */
@@ -303,27 +406,55 @@ static int sock_bind_local(struct fsock *sk, int fd, const struct sockaddr *dst,
 		if (sa_port((struct sockaddr *)local) != 0)
 			return 0;
 	}
-	local->ss_family = (sa_family_t)sk->domain;
 	struct sockaddr_storage src;
 	socklen_t slen;
-	int rc = peercache_source(dst, &src, &slen);
+	int rc = sock_source(sk, dst, &src, &slen);
 	if (rc)
 		return rc;
-	if (local->ss_family == AF_INET6 && src.ss_family == AF_INET) {
-		/* A v6 socket reaching a v4 peer binds the mapped address. */
-		struct sockaddr_in v4 = *(struct sockaddr_in *)(void *)&src;
-		struct sockaddr_in6 *in6 = (void *)&src;
-		memset(in6, 0, sizeof(*in6));
-		in6->sin6_family = AF_INET6;
-		in6->sin6_addr.s6_addr[10] = 0xff;
-		in6->sin6_addr.s6_addr[11] = 0xff;
-		memcpy(&in6->sin6_addr.s6_addr[12], &v4.sin_addr, 4);
-		slen = sizeof(*in6);
-	}
 	if (c->bind(fd, (struct sockaddr *)&src, slen) != 0)
 		return -errno;
 	*llen = sizeof(*local);
 	return c->getsockname(fd, (struct sockaddr *)local, llen) == 0 ? 0 : -errno;
+}
+
+/*
+ * As sock_bind_local, for a socket still on its blank pooled placeholder
+ * and named by one number: that number is pointed at a bound pooled
+ * socket instead (one dup3), whose port stays reserved while it is pooled,
+ * so a connection costs no bind or getsockname; the blank one goes back.
+ */
+static int sock_local(struct ffile *f, int fd, const struct sockaddr *dst,
+		      struct sockaddr_storage *local, socklen_t *llen)
+{
+	struct fsock *sk = f->priv;
+	const struct libc_fns *c = libc();
+	int only;
+	bool swapped = false;
+	pthread_mutex_lock(&ph_lock);
+	if (!sk->bound && sk->ph_fd >= 0 && !sk->ph_bound && !sk->cloexec_unknown &&
+	    !__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) &&
+	    ffile_fds(&fdtab, f, &only, 1) == 1 && only == fd) {
+		struct sockaddr_storage src;
+		socklen_t slen;
+		int h = sock_source(sk, dst, &src, &slen);
+		if (h == 0)
+			h = phpool_take_bound(sk->domain, (struct sockaddr *)&src, slen, local, llen);
+		if (h >= 0) {
+			if (c->dup3(h, fd, sk->cloexec ? O_CLOEXEC : 0) == fd) {
+				phpool_give(sk->domain, sk->ph_fd);
+				sk->ph_fd = h;
+				sk->ph_bound = true;
+				swapped = true;
+			} else {
+				phpool_give_bound(h, local, *llen);
+			}
+		}
+	}
+	pthread_mutex_unlock(&ph_lock);
+	if (swapped)
+		return 0;
+	sock_kernel_own(f, fd);
+	return sock_bind_local(sk, fd, dst, local, llen);
 }
 
 static int session_cached(const struct sockaddr *dst)
@@ -372,8 +503,10 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 	const struct libc_fns *c = libc();
 	if (f->kind == FFILE_DEAD || !a || (a->sa_family != AF_INET && a->sa_family != AF_INET6) ||
 	    l < sa_len(a->sa_family) || a->sa_family != sk->domain ||
-	    ferry_state() != FERRY_ON)
+	    ferry_state() != FERRY_ON) {
+		sock_kernel_own(f, fd);
 		return c->connect(fd, a, l) == 0 ? 0 : -errno;
+	}
 	ferry_lock();
 	enum fsock_state st = sk->state;
 	int rc = 0;
@@ -401,8 +534,10 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 	ferry_unlock();
 	if (rc)
 		return rc == 1 ? 0 : rc;
-	if (st != FSOCK_NEW)
+	if (st != FSOCK_NEW) {
+		sock_kernel_own(f, fd);
 		return c->connect(fd, a, l) == 0 ? 0 : -errno;
+	}
 	sock_drop_rendezvous(sk);
 
 	struct sockaddr_storage dst;
@@ -418,7 +553,7 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 	}
 	struct sockaddr_storage local;
 	socklen_t llen;
-	rc = sock_bind_local(sk, fd, a, &local, &llen);
+	rc = sock_local(f, fd, a, &local, &llen);
 	if (rc) {
 		log_debug("connect: no local address (%d): kernel", rc);
 		count_fallback(rc);
@@ -508,6 +643,7 @@ static int sock_bind(struct ffile *f, int fd, const struct sockaddr *addr, sockl
 	struct fsock *sk = f->priv;
 	if (f->kind != FFILE_SOCK)
 		return c->bind(fd, addr, len) == 0 ? 0 : -errno;
+	sock_kernel_own(f, fd);
 	if (addr && len >= sa_len(sk->domain) && len <= sizeof(struct sockaddr_storage) &&
 	    addr->sa_family == sk->domain && sa_port(addr) == 0 && sk->rdv_fd < 0 &&
 	    sk->state == FSOCK_NEW && ferry_state() == FERRY_ON) {
@@ -543,6 +679,7 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 	struct fsock *sk = f->priv;
 	const struct libc_fns *c = libc();
 	if (f->kind == FFILE_SOCK) {
+		sock_kernel_own(f, fd);
 		/* The placeholder of a stream is an unconnected socket the kernel
 		 * would let listen: answer as for the connected socket it stands
 		 * for. */
@@ -629,12 +766,31 @@ static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *a
 			 socklen_t *alen, int flags)
 {
 	const struct libc_fns *c = libc();
-	int nfd = c->socket(lsk->domain, SOCK_STREAM | (flags & (SOCK_CLOEXEC | SOCK_NONBLOCK)), 0);
-	int rc = nfd < 0 ? -errno : sock_adopt(nfd, lsk->domain, flags);
+	int h = phpool_take(lsk->domain);
+	int nfd = h < 0 ? -1 : c->fcntl(h, (flags & SOCK_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
+	if (nfd < 0) {
+		if (h >= 0) {
+			bool short_fds = errno == EMFILE;
+			phpool_give(lsk->domain, h);
+			if (short_fds)
+				sock_reclaim();
+		}
+		h = -1;
+		nfd = c->socket(lsk->domain, SOCK_STREAM | (flags & (SOCK_CLOEXEC | SOCK_NONBLOCK)), 0);
+	}
+	if (nfd >= 0 && phpool_pressure(nfd)) {
+		sock_reclaim();
+		if (h >= 0)
+			c->close(h); /* the number's own socket from the start */
+		h = -1;
+	}
+	int rc = nfd < 0 ? -errno : sock_adopt(nfd, lsk->domain, flags, h);
 	struct ffile *nf = rc == 0 ? fdtable_get(&fdtab, nfd) : NULL;
 	if (!nf) {
 		if (nfd >= 0)
 			c->close(nfd);
+		if (h >= 0)
+			c->close(h);
 		ferry_lock();
 		stream_close(ferry.rpc, s);
 		ferry_unlock();
@@ -690,11 +846,42 @@ FERRY_EXPORT int socket(int domain, int type, int protocol)
 	const struct libc_fns *c = libc();
 	if (!sock_eligible(domain, type, protocol) || ferry_internal() || !ferry_up())
 		return c->socket(domain, type, protocol);
-	int fd = c->socket(domain, type, protocol);
-	if (fd < 0)
-		return fd;
-	if (sock_adopt(fd, domain, type) != 0)
+	/* A duplicate of a blank pooled socket: the application's own socket in
+	 * every way the kernel shows, until it keeps state of it (see
+	 * sock_kernel_own), and no socket() or close() per connection. */
+	bool plain_flags = (type & ~(0xf | SOCK_CLOEXEC | SOCK_NONBLOCK)) == 0;
+	int h = plain_flags ? phpool_take(domain) : -1; /* else the kernel's EINVAL */
+	int fd = h < 0 ? -1 : c->fcntl(h, (type & SOCK_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
+	if (fd < 0) {
+		if (h >= 0) {
+			bool short_fds = errno == EMFILE;
+			phpool_give(domain, h);
+			if (short_fds)
+				sock_reclaim();
+		}
+		h = -1;
+		fd = c->socket(domain, type, protocol);
+		if (fd < 0)
+			return fd;
+	}
+	if (phpool_pressure(fd)) {
+		sock_reclaim();
+		if (h >= 0) {
+			c->close(h); /* the number's own socket from the start */
+			h = -1;
+			if (type & SOCK_NONBLOCK)
+				c->fcntl(fd, F_SETFL, O_NONBLOCK);
+		}
+	}
+	if (sock_adopt(fd, domain, type, h) != 0) {
 		stats_inc(ferry_stats()->fallback_unsupported);
+		if (h >= 0) {
+			/* The number is a plain kernel socket now: its own. */
+			c->close(h);
+			if (type & SOCK_NONBLOCK)
+				c->fcntl(fd, F_SETFL, O_NONBLOCK);
+		}
+	}
 	return fd;
 }
 
@@ -793,6 +980,8 @@ FERRY_EXPORT int shutdown(int fd, int how)
 		}
 		ferry_unlock();
 	}
+	if (rc == 1)
+		sock_kernel_own(f, fd);
 	ffile_put(&fdtab, f);
 	if (rc == 1)
 		return libc()->shutdown(fd, how);
@@ -1038,6 +1227,11 @@ FERRY_EXPORT int setsockopt(int fd, int level, int name, const void *val, sockle
 		int r = sock_setopt_stream(fd, level, name, val, len);
 		if (r != 1)
 			return (int)ferry_ret(r);
+		struct ffile *f = sock_get(fd);
+		if (f) {
+			sock_kernel_own(f, fd);
+			ffile_put(&fdtab, f);
+		}
 	}
 	/* The kernel keeps every other option on the placeholder, so
 	 * getsockopt answers as it would; ferry only notes the timeouts it
@@ -1083,10 +1277,15 @@ FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
 	struct fsock *sk = f->priv;
 	if (req == FIONBIO && arg) {
 		file_set_nonblock(f, *(int *)arg != 0);
-		if (f->hybrid) {
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with sock_reclaim_one's */
+		if (f->hybrid || sock_pooled_clean(sk)) {
 			ffile_put(&fdtab, f);
-			return 0; /* the kernel side stays non-blocking */
+			return 0; /* the kernel side stays non-blocking, or is pooled */
 		}
+		goto kernel;
+	}
+	if (req == FIOCLEX || req == FIONCLEX) {
+		sk->cloexec_unknown = true;
 		goto kernel;
 	}
 	if ((req == FIONREAD || req == SIOCOUTQ) && arg) {
@@ -1102,6 +1301,7 @@ FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
 			return 0;
 		}
 	}
+	sock_kernel_own(f, fd);
 kernel:
 	if (f)
 		ffile_put(&fdtab, f);
@@ -1155,12 +1355,37 @@ static int fcntl_impl(int fd, int cmd, long arg)
 				rc = 0;
 				break;
 			}
+			/* A pooled placeholder's flags wait in the status until the
+			 * kernel owns it (sock_kernel_own); O_ASYNC and O_DIRECT are
+			 * the kernel's to set up or refuse. */
+			__atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with sock_reclaim_one's */
+			if (sock_pooled_clean(sk) && !(arg & (O_ASYNC | O_DIRECT))) {
+				rc = 0;
+				break;
+			}
+			sock_kernel_own(f, fd);
 		} else {
 			file_set_nonblock(f, (arg & O_NONBLOCK) != 0);
 		}
 		rc = c->fcntl(fd, cmd, f->hybrid ? arg | O_NONBLOCK : arg);
 		break;
+	case F_SETFD:
+		if (f->kind == FFILE_SOCK)
+			((struct fsock *)f->priv)->cloexec_unknown = true;
+		rc = c->fcntl(fd, cmd, arg);
+		break;
+	case F_GETFD:
+	case F_GETOWN:
+	case F_GETOWN_EX:
+	case F_GETSIG:
+	case F_GETLEASE:
+	case F_GETLK:
+	case F_OFD_GETLK:
+		rc = c->fcntl(fd, cmd, arg);
+		break;
 	default:
+		/* Whatever else sets up state in the kernel's file. */
+		sock_kernel_own(f, fd);
 		rc = c->fcntl(fd, cmd, arg);
 	}
 	int saved = errno;

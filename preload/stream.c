@@ -11,6 +11,7 @@
 
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
+#include "preload/phpool.h"
 #include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/rpc.h"
@@ -174,6 +175,7 @@ static struct stream *stream_alloc(void)
 	st_slots[idx] = s;
 	rxbuf_init(&s->rx, STREAM_WINDOW);
 	s->refs = 1;
+	s->ph_fd = -1;
 	return s;
 }
 
@@ -197,6 +199,8 @@ static void stream_put(struct stream *s)
 		st_slots[idx] = NULL;
 		st_free[st_nfree++] = idx;
 	}
+	if (s->ph_fd >= 0)
+		phpool_give_bound(s->ph_fd, &s->local, s->local_len);
 	rxbuf_free(&s->rx);
 	free(s);
 }

@@ -65,6 +65,10 @@ struct stream {
 	unsigned inflight;
 	struct sockaddr_storage local, peer;
 	socklen_t local_len, peer_len;
+	/* A bound pooled placeholder (phpool.h) holding local's port, handed
+	 * over at close: pooled again only once the stream is gone, so the
+	 * port is never seen on two live streams at once. -1: none. */
+	int ph_fd;
 	struct stream *accept_next;
 };
 

@@ -2,7 +2,8 @@
  * Scenarios: the less common calls an interposer must still get right:
  * zero-length I/O and error paths, SO_RCVTIMEO/SO_SNDTIMEO, sendmmsg/
  * recvmmsg and splice on a stream, a burst of connections, close_range,
- * and sockets ferry must leave to the kernel (AF_UNIX, UDP).
+ * sockets ferry must leave to the kernel (AF_UNIX, UDP), and new sockets
+ * that show nothing of earlier ones.
  */
 #include "autoconfig.h"
 
@@ -12,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,6 +279,147 @@ static void kernel_client(struct peer *p)
 	close(fd);
 }
 
+/* ---- fresh_sockets: every socket starts blank, whatever came before it -------
+ * (ferry reuses the kernel sockets behind its own: nothing of an earlier
+ * one may show, and each connection still has a port of its own). */
+
+enum { FRESH_CONNS = 6 };
+
+static int sockopt_int(int fd, int level, int name)
+{
+	int v = -1;
+	socklen_t len = sizeof(v);
+	return getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
+}
+
+static uint16_t peer_port(struct peer *p, int fd)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	if (getpeername(fd, (struct sockaddr *)&a, &len))
+		die(p, "getpeername");
+	return ntohs(a.sin_port);
+}
+
+static void fresh_server(struct peer *p)
+{
+	int agree = 0, sndbuf_set = -1;
+	for (int i = 0; i < FRESH_CONNS; i++) {
+		int flags = (i & 1) ? SOCK_CLOEXEC : 0;
+		if (i == 2)
+			flags |= SOCK_NONBLOCK;
+		int fd;
+		while ((fd = accept4(p->lfd, NULL, NULL, flags)) < 0)
+			if (errno != EINTR)
+				die(p, "accept4");
+		char key[32];
+		snprintf(key, sizeof(key), "cloexec_%d", i);
+		expect_int(p, key, fcntl(fd, F_GETFD), (i & 1) ? FD_CLOEXEC : 0);
+		snprintf(key, sizeof(key), "nonblock_%d", i);
+		expect_true(p, key, ((fcntl(fd, F_GETFL) & O_NONBLOCK) != 0) == (i == 2));
+		set_nonblock(p, fd, false);
+		if (i == 0) {
+			int v = 12345;
+			setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+			sndbuf_set = sockopt_int(fd, SOL_SOCKET, SO_SNDBUF);
+			expect_int(p, "sndbuf_set", sndbuf_set, 2 * 12345);
+		} else {
+			snprintf(key, sizeof(key), "sndbuf_not_inherited_%d", i);
+			expect_true(p, key, sockopt_int(fd, SOL_SOCKET, SO_SNDBUF) != sndbuf_set);
+		}
+		uint16_t port = 0;
+		if (read_full(fd, &port, sizeof(port)) == sizeof(port) && port == peer_port(p, fd))
+			agree++;
+		send(fd, "k", 1, 0);
+		close(fd);
+	}
+	expect_int(p, "peer_ports_agree", agree, FRESH_CONNS);
+}
+
+static int fresh_connect(struct peer *p, int fd)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(p->port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	while (connect(fd, (struct sockaddr *)&a, sizeof(a)))
+		if (errno != EINTR)
+			die(p, "connect");
+	return fd;
+}
+
+/* Tells the server the port getsockname shows; waits for its answer. */
+static void fresh_hello(struct peer *p, int fd, int via)
+{
+	uint16_t port = sock_port(p, fd);
+	char k;
+	if (send(via, &port, sizeof(port), 0) != sizeof(port) || read_full(via, &k, 1) != 1)
+		die(p, "hello");
+}
+
+static void fresh_client(struct peer *p)
+{
+	/* Options and flags of a closed socket never reach a new one. */
+	int u = socket(AF_INET, SOCK_STREAM, 0);
+	int base = sockopt_int(u, SOL_SOCKET, SO_RCVBUF);
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	expect_int(p, "cloexec_new", fcntl(s, F_GETFD), FD_CLOEXEC);
+	expect_true(p, "nonblock_new", (fcntl(s, F_GETFL) & O_NONBLOCK) != 0);
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	expect_rc(p, "getsockname_new", getsockname(s, (struct sockaddr *)&a, &len), 0, 0);
+	expect_true(p, "unbound_new", a.sin_port == 0 && a.sin_addr.s_addr == 0);
+	int v = 4096;
+	setsockopt(s, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+	expect_int(p, "rcvbuf_set", sockopt_int(s, SOL_SOCKET, SO_RCVBUF), 2 * 4096);
+	close(u);
+	close(s);
+	int t = socket(AF_INET, SOCK_STREAM, 0);
+	expect_int(p, "rcvbuf_fresh", sockopt_int(t, SOL_SOCKET, SO_RCVBUF), base);
+	expect_int(p, "cloexec_fresh", fcntl(t, F_GETFD), 0);
+	expect_true(p, "blocking_fresh", (fcntl(t, F_GETFL) & O_NONBLOCK) == 0);
+	close(t);
+
+	uint16_t ports[FRESH_CONNS];
+	for (int i = 0; i < FRESH_CONNS; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM | ((i & 1) ? SOCK_CLOEXEC : 0), 0);
+		int via = fd;
+		if (i == 2)
+			via = dup(fd); /* two numbers, one socket */
+		if (i == 5) {
+			int one = 1;
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		}
+		fresh_connect(p, fd);
+		char key[32];
+		snprintf(key, sizeof(key), "cloexec_%d", i);
+		expect_int(p, key, fcntl(fd, F_GETFD), (i & 1) ? FD_CLOEXEC : 0);
+		ports[i] = sock_port(p, fd);
+		if (i == 2)
+			expect_true(p, "dup_same_port", sock_port(p, via) == ports[i]);
+		if (i == 5)
+			expect_int(p, "nodelay_before_connect", sockopt_int(fd, IPPROTO_TCP, TCP_NODELAY), 1);
+		if (i == 3) {
+			/* Two at once: each its own port. */
+			int fd4 = fresh_connect(p, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+			ports[4] = sock_port(p, fd4);
+			expect_true(p, "ports_differ", ports[3] != ports[4]);
+			fresh_hello(p, fd, fd);
+			fresh_hello(p, fd4, fd4);
+			close(fd4);
+			close(fd);
+			i++;
+			continue;
+		}
+		fresh_hello(p, fd, via);
+		if (via != fd)
+			close(via);
+		close(fd);
+	}
+	int nonzero = 0;
+	for (int i = 0; i < FRESH_CONNS; i++)
+		nonzero += ports[i] != 0;
+	expect_int(p, "ports_nonzero", nonzero, FRESH_CONNS);
+}
+
 const struct scenario scen_misc[] = {
 	{"edge_calls", edge_server, edge_client, false},
 	{"timeouts", timeo_server, timeo_client, false},
@@ -284,5 +427,6 @@ const struct scenario scen_misc[] = {
 	{"accept_burst", burst_server, burst_client, false},
 	{"close_range", range_server, range_client, false},
 	{"kernel_sockets", kernel_server, kernel_client, false},
+	{"fresh_sockets", fresh_server, fresh_client, false},
 	{NULL, NULL, NULL, false},
 };

@@ -36,7 +36,8 @@ struct cmd {
 	unsigned timeout_ms;
 	mgmt_connect_fn fn;
 	void *ctx;
-	int fd;    /* CMD_LISTEN: a bound UDP socket to use, or -1 */
+	int fd;         /* CMD_LISTEN: a bound UDP socket to use, or -1 */
+	unsigned flags; /* CMD_LISTEN: MGMT_LISTEN_* */
 	bool sync; /* on the caller's stack; the caller waits for done */
 	bool done;
 	int result;
@@ -112,17 +113,28 @@ static struct listener *listener_find(struct mgmt *m, const struct mgmt_addr *a)
 
 static int cmd_listen(struct mgmt *m, struct cmd *c)
 {
-	/* Port 0 asks for a fresh port each time; a named port we already
-	 * hold would bind again only through SO_REUSEADDR, which we do not set. */
-	if (mgmt_addr_port(&c->addr) != 0 && listener_find(m, &c->addr))
-		return -EADDRINUSE;
-	struct listener *l = calloc(1, sizeof(*l));
+	/* Port 0 asks for a fresh port each time. A named port we already
+	 * answer on is taken, unless both TCP listeners share it through
+	 * SO_REUSEPORT: then one rendezvous socket answers for both. */
+	struct listener *l = mgmt_addr_port(&c->addr) ? listener_find(m, &c->addr) : NULL;
+	if (l) {
+		if (c->fd >= 0)
+			close(c->fd);
+		if (!(c->flags & MGMT_LISTEN_REUSEPORT) || !l->reuseport || l->rpc != c->rpc)
+			return -EADDRINUSE;
+		l->users++;
+		return 0;
+	}
+	l = calloc(1, sizeof(*l));
 	if (!l) {
 		if (c->fd >= 0)
 			close(c->fd);
 		return -ENOMEM;
 	}
-	l->fd = c->fd >= 0 ? c->fd : mgmt_net_socket(mgmt_addr_family(&c->addr), &c->addr, false);
+	l->fd = c->fd >= 0 ? c->fd
+			   : mgmt_net_socket(mgmt_addr_family(&c->addr), &c->addr,
+					     ((c->flags & MGMT_LISTEN_REUSEPORT) ? MGMT_NET_REUSEPORT : 0) |
+						     ((c->flags & MGMT_LISTEN_V6ONLY) ? MGMT_NET_V6ONLY : 0));
 	if (l->fd < 0) {
 		int err = l->fd;
 		free(l);
@@ -135,6 +147,8 @@ static int cmd_listen(struct mgmt *m, struct cmd *c)
 		l->bound = c->addr;
 	l->asked = c->addr;
 	l->rpc = c->rpc;
+	l->reuseport = c->flags & MGMT_LISTEN_REUSEPORT;
+	l->users = 1;
 	l->next = m->listeners;
 	m->listeners = l;
 	m->nlisteners++;
@@ -155,7 +169,8 @@ static int cmd_unlisten(struct mgmt *m, struct cmd *c)
 	for (struct listener **lp = &m->listeners; *lp; lp = &(*lp)->next) {
 		struct listener *l = *lp;
 		if (mgmt_addr_equal(&l->asked, &c->addr) || mgmt_addr_equal(&l->bound, &c->addr)) {
-			listener_close(m, lp);
+			if (--l->users == 0)
+				listener_close(m, lp);
 			return 0;
 		}
 	}
@@ -393,12 +408,12 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 	int rc = m->evfd < 0 ? -errno : 0;
 	if (!rc) {
 		what = "the IPv4 control socket";
-		m->ctl4 = mgmt_net_socket(AF_INET, NULL, true);
+		m->ctl4 = mgmt_net_socket(AF_INET, NULL, MGMT_NET_RECVERR);
 		rc = m->ctl4 < 0 ? m->ctl4 : 0;
 	}
 	if (!rc) {
 		/* A host without IPv6 still works for IPv4 peers. */
-		m->ctl6 = mgmt_net_socket(AF_INET6, NULL, true);
+		m->ctl6 = mgmt_net_socket(AF_INET6, NULL, MGMT_NET_RECVERR);
 		if (m->ctl6 < 0)
 			m->ctl6 = -1;
 		what = "the management thread";
@@ -464,11 +479,11 @@ static int cmd_init(struct mgmt *m, struct cmd *c, enum cmd_type type, struct rp
 
 int mgmt_listen(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len)
 {
-	return mgmt_listen_fd(m, rpc, addr, len, -1);
+	return mgmt_listen_fd(m, rpc, addr, len, -1, 0);
 }
 
 int mgmt_listen_fd(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,
-		   int udp_fd)
+		   int udp_fd, unsigned flags)
 {
 	struct cmd c;
 	int rc = cmd_init(m, &c, CMD_LISTEN, rpc, addr, len);
@@ -478,6 +493,7 @@ int mgmt_listen_fd(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr,
 		return rc;
 	}
 	c.fd = udp_fd;
+	c.flags = flags;
 	return run_sync(m, &c);
 }
 
@@ -488,7 +504,7 @@ int mgmt_rendezvous_socket(const struct sockaddr *addr, socklen_t len, uint16_t 
 	if (rc)
 		return rc;
 	mgmt_addr_set_port(&a, 0);
-	int fd = mgmt_net_socket(mgmt_addr_family(&a), &a, false);
+	int fd = mgmt_net_socket(mgmt_addr_family(&a), &a, 0);
 	if (fd < 0)
 		return fd;
 	struct sockaddr_storage ss;

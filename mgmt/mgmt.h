@@ -31,10 +31,19 @@ void mgmt_destroy(struct mgmt *m);
  * mgmt_listen_port). Returns 0, -EADDRINUSE when the port is taken, -errno.
  */
 int mgmt_listen(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len);
-/* mgmt_listen on udp_fd, a socket from mgmt_rendezvous_socket bound to addr's
- * port; mgmt owns udp_fd from here on, whatever the result. */
+/* mgmt_listen_fd flags: what the TCP listener has, the rendezvous socket copies */
+#define MGMT_LISTEN_REUSEPORT 1u
+#define MGMT_LISTEN_V6ONLY 2u
+/*
+ * mgmt_listen, on udp_fd if >= 0 (a socket from mgmt_rendezvous_socket bound
+ * to addr's port, which mgmt owns from here on, whatever the result).
+ * MGMT_LISTEN_REUSEPORT shares the rendezvous port too: with other processes
+ * (through SO_REUSEPORT) and with this endpoint's other listeners on the
+ * address (one socket answers for all; each mgmt_unlisten lets go of one).
+ * MGMT_LISTEN_V6ONLY leaves IPv4 to a listener beside it on the same port.
+ */
 int mgmt_listen_fd(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,
-		   int udp_fd);
+		   int udp_fd, unsigned flags);
 /*
  * A rendezvous socket on addr's host and a port the kernel picks, for a TCP
  * listener that asked for any port: it then binds the same port, so its

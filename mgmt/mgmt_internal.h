@@ -81,6 +81,8 @@ struct listener {
 	int fd;
 	struct rpc *rpc;
 	struct mgmt_addr asked, bound;
+	bool reuseport; /* SO_REUSEPORT: other processes' listeners may share the port */
+	unsigned users; /* TCP listeners of this process answered here */
 };
 
 struct cmd;

@@ -97,13 +97,15 @@ void mgmt_addr_format(const struct mgmt_addr *a, char *buf, size_t cap)
 	}
 }
 
-int mgmt_net_socket(int family, const struct mgmt_addr *addr, bool recverr)
+int mgmt_net_socket(int family, const struct mgmt_addr *addr, unsigned flags)
 {
 	int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	int one = 1, rc = 0;
-	if (recverr) {
+	if (flags & MGMT_NET_REUSEPORT)
+		rc = setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	if (rc == 0 && (flags & MGMT_NET_RECVERR)) {
 		if (family == AF_INET)
 			rc = setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof(one));
 		else
@@ -112,7 +114,7 @@ int mgmt_net_socket(int family, const struct mgmt_addr *addr, bool recverr)
 	/* The control socket of each family only talks to its own family;
 	 * listeners keep the kernel default so [::]:P also hears IPv4, as the
 	 * TCP listener beside it does. */
-	if (rc == 0 && family == AF_INET6 && !addr)
+	if (rc == 0 && family == AF_INET6 && (!addr || (flags & MGMT_NET_V6ONLY)))
 		rc = setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 	if (rc == 0) {
 		struct mgmt_addr any;

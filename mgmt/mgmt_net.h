@@ -24,13 +24,17 @@ int mgmt_addr_family(const struct mgmt_addr *a);
 /* "1.2.3.4:80" or "[::1]:80". */
 void mgmt_addr_format(const struct mgmt_addr *a, char *buf, size_t cap);
 
+/* mgmt_net_socket flags */
+#define MGMT_NET_RECVERR 1u   /* queue ICMP errors (IP_RECVERR), which an unconnected socket drops */
+#define MGMT_NET_REUSEPORT 2u /* SO_REUSEPORT: share the port, as the TCP listener beside it does */
+#define MGMT_NET_V6ONLY 4u    /* IPV6_V6ONLY, as the TCP listener beside it has */
+
 /*
  * A nonblocking UDP socket of the family, bound to addr (or to the wildcard
- * address, port 0, when addr is NULL). recverr asks the kernel to queue ICMP
- * errors for this unconnected socket (IP_RECVERR), which it otherwise drops.
+ * address, port 0, when addr is NULL), with MGMT_NET_* flags.
  * Returns the fd or -errno (-EADDRINUSE when the port is taken).
  */
-int mgmt_net_socket(int family, const struct mgmt_addr *addr, bool recverr);
+int mgmt_net_socket(int family, const struct mgmt_addr *addr, unsigned flags);
 
 /*
  * Takes one entry off the socket's error queue: *dest is the destination

@@ -714,10 +714,14 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 		sock_handoff(f);
 		return 0;
 	}
+	int reuse = 0;
+	socklen_t rl = sizeof(reuse);
+	unsigned lflags = c->getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuse, &rl) == 0 && reuse
+				  ? MGMT_LISTEN_REUSEPORT
+				  : 0;
 	ferry_internal_enter();
-	int rc = sk->rdv_fd >= 0 ? mgmt_listen_fd(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a,
-						  alen, sk->rdv_fd)
-				 : mgmt_listen(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a, alen);
+	int rc = mgmt_listen_fd(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a, alen, sk->rdv_fd,
+				lflags);
 	sk->rdv_fd = -1;
 	ferry_internal_leave();
 	if (rc < 0) {

@@ -260,6 +260,41 @@ Test(mgmt_handshake, unlisten_stops_answering)
 	cr_assert_eq(connect_port(port, 30000), -ECONNREFUSED);
 }
 
+/* SO_REUSEPORT listeners share the rendezvous port: with this endpoint's
+ * own (one socket answers until the last lets go) and with another process's. */
+Test(mgmt_handshake, reuseport_listeners_share_the_rendezvous_port)
+{
+	struct sockaddr_in any = tmu_loopback(0);
+	uint16_t p;
+	int fd = mgmt_rendezvous_socket((struct sockaddr *)&any, sizeof(any), &p);
+	cr_assert_geq(fd, 0);
+	struct sockaddr_in a = tmu_loopback(p);
+	struct mgmt *m = nexus_mgmt(server);
+	struct rpc *rpc = nexus_rpc(server);
+	cr_assert_eq(mgmt_listen_fd(m, rpc, (struct sockaddr *)&a, sizeof(a), fd, 0), 0,
+		     "on the reserved socket");
+	cr_assert_eq(mgmt_listen_fd(m, rpc, (struct sockaddr *)&a, sizeof(a), -1,
+				    MGMT_LISTEN_REUSEPORT),
+		     -EADDRINUSE, "the first listener did not share its port");
+	cr_assert_eq(mgmt_unlisten(m, (struct sockaddr *)&a, sizeof(a)), 0);
+
+	cr_assert_eq(mgmt_listen_fd(m, rpc, (struct sockaddr *)&a, sizeof(a), -1,
+				    MGMT_LISTEN_REUSEPORT), 0);
+	cr_assert_eq(mgmt_listen_fd(m, rpc, (struct sockaddr *)&a, sizeof(a), -1,
+				    MGMT_LISTEN_REUSEPORT), 0, "a second listener of this endpoint");
+	cr_assert_eq(mgmt_listen_fd(m, rpc, (struct sockaddr *)&a, sizeof(a), -1, 0), -EADDRINUSE,
+		     "a listener without SO_REUSEPORT");
+	/* Another process's socket with SO_REUSEPORT joins the port. */
+	int other = socket(AF_INET, SOCK_DGRAM, 0);
+	setsockopt(other, SOL_SOCKET, SO_REUSEPORT, &(int){1}, sizeof(int));
+	cr_assert_eq(bind(other, (struct sockaddr *)&a, sizeof(a)), 0, "%s", strerror(errno));
+	close(other);
+	cr_assert_eq(mgmt_unlisten(m, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_geq(connect_port(p, 5000), 0, "still answering for the other listener");
+	cr_assert_eq(mgmt_unlisten(m, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(mgmt_listen_port(m, (struct sockaddr *)&a, sizeof(a)), 0, "gone with the last");
+}
+
 Test(mgmt_handshake, ferry_peers_are_connected_in_advance)
 {
 	struct ferry_config cfg;

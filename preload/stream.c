@@ -378,7 +378,13 @@ static int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint
 	}
 	s->refs++;
 	s->inflight++;
-	st_tx_pending = true;
+	/* A FIN waits for the application's next wait, as DATA does, so the
+	 * closes of one pass of its loop leave in one batch with its other
+	 * requests (a new connection's OPEN, say). */
+	if (type == STREAM_REQ_FIN)
+		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
+	else
+		st_tx_pending = true;
 	return 0;
 }
 
@@ -775,7 +781,9 @@ int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct s
 	}
 	s->refs++;
 	s->inflight++;
-	st_tx_pending = true;
+	/* Sent at the application's next wait (a blocking connect's is right
+	 * away), with whatever else it queued meanwhile. */
+	__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 	*out = s;
 	return 0;
 }

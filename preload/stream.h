@@ -86,7 +86,8 @@ struct listener {
 /* Registers the request handlers and the session handler on rpc. */
 int stream_init(struct rpc *rpc);
 
-/* Starts a client stream on session: sends OPEN and returns at once (state
+/* Starts a client stream on session: queues OPEN (sent at the next wait or
+ * progress pass, see stream_tx_deferred) and returns at once (state
  * OPENING; the file is notified when it opens or fails). */
 int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct sockaddr *dst,
 		socklen_t dst_len, const struct sockaddr *src, socklen_t src_len,

@@ -52,3 +52,9 @@ tests_test_preload_stream_SOURCES = tests/test_preload_stream.c tests/rpc_pair.c
 	$(PRELOAD_TEST_SOURCES)
 tests_test_preload_stream_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_stream_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/test_preload_phpool
+TESTS += tests/test_preload_phpool
+tests_test_preload_phpool_SOURCES = tests/test_preload_phpool.c preload/phpool.c preload/phpool.h \
+	preload/libc.c preload/libc.h
+tests_test_preload_phpool_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_phpool_LDADD = $(TEST_LDADD)

@@ -1,0 +1,117 @@
+/* Placeholder pools: blank sockets come back as they went, bound ones keep
+ * their ports reserved and distinct, and a shortage of descriptors empties
+ * the pools. */
+#include "autoconfig.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "preload/phpool.h"
+
+TestSuite(phpool, .timeout = 20);
+
+static struct sockaddr_in loopback(uint32_t host)
+{
+	return (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(host)};
+}
+
+static uint16_t port_of(const struct sockaddr_storage *ss)
+{
+	return ntohs(((const struct sockaddr_in *)(const void *)ss)->sin_port);
+}
+
+Test(phpool, blank_sockets_are_reused)
+{
+	int h = phpool_take(AF_INET);
+	cr_assert_geq(h, 0);
+	int type = 0;
+	socklen_t tl = sizeof(type);
+	cr_assert_eq(getsockopt(h, SOL_SOCKET, SO_TYPE, &type, &tl), 0);
+	cr_assert_eq(type, SOCK_STREAM);
+	cr_assert_eq(fcntl(h, F_GETFD), FD_CLOEXEC, "never inherited across exec");
+	phpool_give(AF_INET, h);
+	cr_assert_eq(phpool_take(AF_INET), h, "the same socket, not a new one");
+	int h6 = phpool_take(AF_INET6);
+	if (h6 >= 0) { /* hosts without IPv6 refuse the socket itself */
+		int dom = 0;
+		socklen_t dl = sizeof(dom);
+		cr_assert_eq(getsockopt(h6, SOL_SOCKET, SO_DOMAIN, &dom, &dl), 0);
+		cr_assert_eq(dom, AF_INET6, "each family has its own pool");
+	}
+}
+
+Test(phpool, bound_ports_are_distinct_and_reserved)
+{
+	struct sockaddr_in src = loopback(INADDR_LOOPBACK);
+	struct sockaddr_storage l1, l2, l3;
+	socklen_t n1, n2, n3;
+	int a = phpool_take_bound(AF_INET, (struct sockaddr *)&src, sizeof(src), &l1, &n1);
+	int b = phpool_take_bound(AF_INET, (struct sockaddr *)&src, sizeof(src), &l2, &n2);
+	cr_assert(a >= 0 && b >= 0);
+	cr_assert_neq(port_of(&l1), 0);
+	cr_assert_neq(port_of(&l1), port_of(&l2));
+	/* Nobody else gets the port while ferry holds it, pooled or not. */
+	phpool_give_bound(a, &l1, n1);
+	int t = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in same = loopback(INADDR_LOOPBACK);
+	same.sin_port = htons(port_of(&l1));
+	cr_assert_eq(bind(t, (struct sockaddr *)&same, sizeof(same)), -1);
+	cr_assert_eq(errno, EADDRINUSE);
+	close(t);
+	int c = phpool_take_bound(AF_INET, (struct sockaddr *)&src, sizeof(src), &l3, &n3);
+	cr_assert_eq(c, a, "the pooled socket, bound as it was");
+	cr_assert_eq(port_of(&l3), port_of(&l1));
+	cr_assert_eq(n3, n1);
+	phpool_give_bound(b, &l2, n2);
+	phpool_give_bound(c, &l3, n3);
+}
+
+Test(phpool, bound_sockets_are_kept_per_address)
+{
+	struct sockaddr_in one = loopback(INADDR_LOOPBACK), two = loopback(INADDR_LOOPBACK + 1);
+	struct sockaddr_storage l1, l2;
+	socklen_t n1, n2;
+	int a = phpool_take_bound(AF_INET, (struct sockaddr *)&one, sizeof(one), &l1, &n1);
+	cr_assert_geq(a, 0);
+	phpool_give_bound(a, &l1, n1);
+	int b = phpool_take_bound(AF_INET, (struct sockaddr *)&two, sizeof(two), &l2, &n2);
+	cr_assert_geq(b, 0);
+	cr_assert_neq(b, a, "a socket bound to another address is no use");
+	struct sockaddr_in *in = (void *)&l2;
+	cr_assert_eq(in->sin_addr.s_addr, htonl(INADDR_LOOPBACK + 1));
+	cr_assert_eq(phpool_take_bound(AF_INET6, (struct sockaddr *)&one, sizeof(one), &l1, &n1),
+		     -EAFNOSUPPORT, "a v6 socket binds v6 (mapped) addresses only");
+}
+
+Test(phpool, short_descriptors_empty_the_pools)
+{
+	struct rlimit rl, low;
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	low = rl;
+	low.rlim_cur = 256;
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	int h = phpool_take(AF_INET);
+	cr_assert_geq(h, 0);
+	phpool_give(AF_INET, h);
+	cr_assert_not(phpool_pressure(100), "well under the limit");
+	cr_assert(phpool_pressure(200), "within a quarter of the limit: reclaim");
+	cr_assert_not(phpool_pressure(201), "said once, not on every call");
+	phpool_drain();
+	cr_assert_eq(fcntl(h, F_GETFD), -1, "drained: the pooled socket is closed");
+	cr_assert_eq(phpool_take(AF_INET), -EMFILE, "nothing handed out meanwhile");
+	int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	phpool_give(AF_INET, t);
+	cr_assert_eq(fcntl(t, F_GETFD), -1, "nor kept");
+	cr_assert_not(phpool_pressure(150), "between half and three quarters: still short");
+	cr_assert_eq(phpool_take(AF_INET), -EMFILE);
+	cr_assert_not(phpool_pressure(20), "under half the limit again");
+	h = phpool_take(AF_INET);
+	cr_assert_geq(h, 0, "pooling is back");
+	setrlimit(RLIMIT_NOFILE, &rl);
+}

@@ -30,12 +30,26 @@
  * sessions. With softib's 64 KiB packets that is 64 MiB of address space,
  * touched only as far as packets reach. */
 #define IB_RQ_DEPTH 1024u
+/*
+ * Not all of them are posted while packets are big, though. Receives
+ * complete in the order they were posted, so every buffer on the queue is
+ * written once per trip round it: 1024 posted buffers taking 64 KiB packets
+ * sweep 64 MiB, more than the last-level cache, and every packet costs a
+ * trip to DRAM on both sides (on softib, half the bandwidth). So posted are
+ * as many as IB_RQ_BYTES holds at the packets' recent average size, but
+ * never fewer than the peers may have in flight towards us -- per session
+ * its credits of requests and requests-for-response, as many answers to
+ * ours -- plus a reserve. The rest wait in the pending stack, most recently
+ * freed (still cached) on top.
+ */
+#define IB_RQ_RESERVE 64u
+#define IB_RQ_BYTES (8u << 20)
 /* softib carries UD messages up to this size (its port's max_msg_sz). */
 #define IB_SOFTIB_MAX_PKT 65536u
 #define IB_SQ_DEPTH 256u
 /* Receives go back to the NIC in post lists of at least this many... */
 #define IB_RECV_BATCH 16u
-/* ...unless fewer than a quarter of the ring remain posted. */
+/* ...unless fewer than a quarter of rq_target remain posted. */
 #define IB_TX_CHUNK 32u
 #define IB_STASH 32u
 #define IB_INLINE_WANT 256u
@@ -88,6 +102,11 @@ struct nic_ib {
 	bool rx_in_qp; /* softib: the QP's own area, gone with the QP */
 	struct ibv_mr *rx_mr;
 	uint32_t rx_stride, rq_depth, rq_posted;
+	uint32_t rq_target; /* receives to keep posted (ib_update_rq_target) */
+	uint32_t rq_need;   /* what the peers may send unasked, and the reserve */
+	uint32_t credits;   /* per session direction, from the config */
+	uint32_t n_peers;
+	uint32_t rx_avg_len; /* of packets received lately (moving average) */
 	uint8_t *rx_state; /* enum ib_buf_state per slot */
 	uint8_t **pending;
 	uint32_t n_pending;
@@ -135,13 +154,16 @@ static uint8_t *ib_slot_pkt(const struct nic_ib *ib, uint32_t slot)
 	return ib->rx_mem + (size_t)slot * ib->rx_stride + IB_RX_HEADROOM;
 }
 
-/* Posts every pending receive buffer as post lists of up to IB_TX_CHUNK. */
+/* Posts pending receive buffers, newest first, as post lists of up to
+ * IB_TX_CHUNK, until rq_target are posted. */
 static void ib_post_pending(struct nic_ib *ib)
 {
 	struct ibv_recv_wr wrs[IB_TX_CHUNK];
 	struct ibv_sge sges[IB_TX_CHUNK];
-	while (ib->n_pending > 0) {
+	while (ib->n_pending > 0 && ib->rq_posted < ib->rq_target) {
 		unsigned n = ib->n_pending < IB_TX_CHUNK ? ib->n_pending : IB_TX_CHUNK;
+		if (n > ib->rq_target - ib->rq_posted)
+			n = ib->rq_target - ib->rq_posted;
 		for (unsigned i = 0; i < n; i++) {
 			uint8_t *pkt = ib->pending[ib->n_pending - 1 - i];
 			/* The GRH lands in the 40 bytes before the packet header. */
@@ -187,8 +209,24 @@ static void ib_post_recvs(struct nic *nic, void *const *bufs, unsigned n)
 	struct nic_ib *ib = to_ib(nic);
 	for (unsigned i = 0; i < n; i++)
 		ib_recycle(ib, bufs[i]);
-	if (ib->n_pending >= IB_RECV_BATCH || ib->rq_posted < ib->rq_depth / 4)
+	uint32_t missing = ib->rq_posted < ib->rq_target ? ib->rq_target - ib->rq_posted : 0;
+	if (missing >= IB_RECV_BATCH || ib->rq_posted < ib->rq_target / 4)
 		ib_post_pending(ib);
+}
+
+static void ib_update_rq_target(struct nic_ib *ib)
+{
+	uint32_t fits = IB_RQ_BYTES / (ib->rx_avg_len > 64u ? ib->rx_avg_len : 64u);
+	uint32_t want = fits > ib->rq_need ? fits : ib->rq_need;
+	ib->rq_target = want < ib->rq_depth ? want : ib->rq_depth;
+}
+
+static void ib_set_rq_need(struct nic_ib *ib)
+{
+	uint64_t need = IB_RQ_RESERVE + 2ull * ib->credits * ib->n_peers;
+	ib->rq_need = need < ib->rq_depth ? (uint32_t)need : ib->rq_depth;
+	ib_update_rq_target(ib);
+	ib_post_pending(ib);
 }
 
 static void ib_qp_recover(struct nic_ib *ib);
@@ -214,6 +252,7 @@ static bool ib_rx_one(struct nic_ib *ib, const struct ibv_wc *wc, struct nic_rx 
 		return false;
 	}
 	*out = (struct nic_rx){.pkt = pkt, .len = wc->byte_len - IB_GRH_BYTES, .buf = pkt};
+	ib->rx_avg_len = ib->rx_avg_len - ib->rx_avg_len / 8u + out->len / 8u;
 	return true;
 }
 
@@ -241,7 +280,10 @@ static unsigned ib_rx_burst(struct nic *nic, struct nic_rx *out, unsigned max)
 	}
 	if (ib->broken)
 		ib_qp_recover(ib);
-	if (ib->n_pending && (got == 0 || ib->rq_posted < ib->rq_depth / 4))
+	if (got)
+		ib_update_rq_target(ib);
+	if (ib->n_pending && ib->rq_posted < ib->rq_target &&
+	    (got == 0 || ib->rq_posted < ib->rq_target / 4))
 		ib_post_pending(ib);
 	return got;
 }
@@ -659,6 +701,8 @@ static int ib_peer_create(struct nic *nic, const struct nic_route *route, struct
 	e->refs++;
 	p->ahe = e;
 	*out = p;
+	ib->n_peers++;
+	ib_set_rq_need(ib);
 	return 0;
 }
 
@@ -669,6 +713,8 @@ static void ib_peer_destroy(struct nic *nic, struct nic_peer *peer)
 		return;
 	struct ib_ah_entry *e = peer->ahe;
 	free(peer);
+	ib->n_peers--;
+	ib_set_rq_need(ib);
 	if (--e->refs == 0) {
 		/* Sends in flight may still name this AH. */
 		ib_flush(nic);
@@ -1018,11 +1064,13 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 			dev, strerror(-rc));
 		goto fail;
 	}
-	for (uint32_t s = 0; s < ib->rq_depth; s++) {
+	/* Slot 0 on top of the stack: the first posted are the lowest. */
+	for (uint32_t s = ib->rq_depth; s-- > 0;) {
 		ib->rx_state[s] = IB_BUF_HELD;
 		ib_recycle(ib, ib_slot_pkt(ib, s));
 	}
-	ib_post_pending(ib);
+	ib->credits = cfg->session_credits;
+	ib_set_rq_need(ib);
 
 	errno = 0;
 	ib->self_ah = ib_make_ah(ib, ib->gid.raw, ib->lid);

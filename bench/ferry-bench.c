@@ -7,6 +7,9 @@
  *   ferry-bench ... --server ADDR                          serve (forever or S seconds)
  *   ferry-bench ... --connect ADDR                         client of a remote server
  *
+ * --batch is the number of requests kept in flight (rate and bandwidth;
+ * latency always has one).
+ *
  * Prints one JSON object per line. The client thread runs the event loop
  * itself and never sleeps; the server spins FERRY_SPIN_US after the last
  * packet, then sleeps on the nic.
@@ -370,7 +373,7 @@ static int client(const struct opts *o, const char *spec)
 	if (session < 0)
 		die(spec, session);
 
-	unsigned window = o->test == TEST_RATE ? o->batch : 1;
+	unsigned window = o->test == TEST_LATENCY ? 1 : o->batch;
 	struct bench b = {.rpc = rpc, .session = session,
 			  .type = o->test == TEST_BANDWIDTH ? REQ_SINK : REQ_ECHO};
 	struct slot slots[MAX_BATCH];

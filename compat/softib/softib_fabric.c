@@ -535,6 +535,17 @@ static void sib_wake(struct sib_context *c, struct sib_qp_shm *q)
 		     sizeof(a));
 }
 
+/* Wakes q's receiver if it is armed. Pairs with the fence in
+ * sib_req_notify_cq: either we see the arm or the receiver's poll after
+ * arming sees the packets published before. */
+static void sib_wake_if_armed(struct sib_context *c, struct sib_qp_shm *q)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&q->armed, __ATOMIC_RELAXED) &&
+	    __atomic_exchange_n(&q->armed, 0, __ATOMIC_ACQ_REL))
+		sib_wake(c, q);
+}
+
 void sib_wire_release(struct sib_context *c, struct sib_wire *w)
 {
 	struct sib_qp_shm *q = w->q;
@@ -542,12 +553,7 @@ void sib_wire_release(struct sib_context *c, struct sib_wire *w)
 		return;
 	w->q = NULL;
 	sib_shm_unlock(&q->lock);
-	/* Pairs with the fence in sib_req_notify_cq: either we see the arm or
-	 * the receiver's poll after arming sees the packets. */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&q->armed, __ATOMIC_RELAXED) &&
-	    __atomic_exchange_n(&q->armed, 0, __ATOMIC_ACQ_REL))
-		sib_wake(c, q);
+	sib_wake_if_armed(c, q);
 }
 
 /* Locks dst_qpn's ring for w, keeping the lock held from an earlier packet
@@ -574,6 +580,7 @@ static struct sib_qp_shm *sib_wire_hold(struct sib_context *c, struct sib_qp *sr
 	w->q = q;
 	w->len = src->last_ring_len;
 	w->qpn = dst_qpn;
+	w->woke = false;
 	return q;
 }
 
@@ -648,6 +655,15 @@ void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
 	/* Publishing is the last store, so a sender dying above leaves nothing. */
 	q->rx_pkts++;
 	__atomic_store_n(&q->tail, tail + 1, __ATOMIC_RELEASE);
+	/* A NIC raises the event at the first completion, not after the whole
+	 * post list: a sleeping receiver starts on packet 0 while the rest of a
+	 * long list (a 1 MB message is 16 copies of 64 KiB) is still being
+	 * written, instead of after it. Release checks again for an arm that
+	 * came later. */
+	if (!w->woke) {
+		w->woke = true;
+		sib_wake_if_armed(c, q);
+	}
 }
 
 int sib_fabric_remove(const char *name)

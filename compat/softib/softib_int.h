@@ -274,6 +274,7 @@ struct sib_wire {
 	struct sib_qp_shm *q; /* locked, or NULL */
 	size_t len;           /* of its mapping: bounds what the ring says */
 	uint32_t qpn;
+	bool woke; /* the receiver was checked for sleep since the lock was taken */
 };
 /* Copies a packet gathered from sge[] into dst_qpn's ring, or drops it. */
 void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,

@@ -18,15 +18,34 @@
 #include "preload/libc.h"
 #include "preload/peercache.h"
 #include "preload/phpool.h"
+#include "preload/sock.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/rpc.h"
+
+/* In the parent: a socket live at the fork is the child's too (through its
+ * copy of the number), so its placeholder never serves another socket here. */
+static void fork_share_file(struct ffile *f, void *arg)
+{
+	(void)arg;
+	struct fsock *sk = f->priv;
+	if (f->kind == FFILE_SOCK && sk)
+		__atomic_store_n(&sk->ph_dirty, true, __ATOMIC_RELEASE);
+}
 
 static void fork_kill_file(struct ffile *f, void *arg)
 {
 	(void)arg;
 	if (f->kind != FFILE_SOCK)
 		return;
+	/* The child's copy of the hidden descriptor would keep the parent's
+	 * placeholder alive after the parent closes it; the child's own
+	 * number still holds it for as long as the child wants. */
+	struct fsock *sk = f->priv;
+	if (sk && sk->ph_fd >= 0) {
+		libc()->close(sk->ph_fd);
+		sk->ph_fd = -1;
+	}
 	f->kind = FFILE_DEAD;
 	f->hybrid = false;
 	__atomic_store_n(&f->mask, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP, __ATOMIC_RELEASE);
@@ -41,9 +60,13 @@ FERRY_EXPORT pid_t fork(void)
 	 * child's copies are consistent. */
 	ferry_lock();
 	pthread_mutex_lock(&fdtab.lock);
+	phpool_fork_prepare();
 	pid_t pid = c->fork();
 	pthread_mutex_unlock(&fdtab.lock);
 	if (pid != 0) {
+		phpool_fork_parent();
+		if (pid > 0)
+			fdtable_each(&fdtab, fork_share_file, NULL);
 		ferry_unlock();
 		return pid;
 	}

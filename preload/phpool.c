@@ -179,7 +179,19 @@ void phpool_drain(void)
 	pthread_mutex_unlock(&pp_lock);
 }
 
+void phpool_fork_prepare(void)
+{
+	pthread_mutex_lock(&pp_lock);
+}
+
+void phpool_fork_parent(void)
+{
+	pthread_mutex_unlock(&pp_lock);
+	phpool_drain();
+}
+
 void phpool_fork_child(void)
 {
 	pthread_mutex_init(&pp_lock, NULL);
+	phpool_drain();
 }

@@ -49,8 +49,14 @@ bool phpool_pressure(int fd);
 /* Closes every pooled socket; also on a daemon() child that starts ferry
  * anew. */
 void phpool_drain(void);
-/* In a fork child: the pool's lock may have been held by a thread that is
- * not there (the child hands nothing out; daemon() drains). */
+/*
+ * Around fork: the child holds copies of every pooled descriptor, so no
+ * pooled socket may serve a later socket in either process. prepare takes
+ * the pool's lock before fork; parent and child let it go and close what
+ * the pools hold (the child's copies, and the parent's now shared ones).
+ */
+void phpool_fork_prepare(void);
+void phpool_fork_parent(void);
 void phpool_fork_child(void);
 
 #endif

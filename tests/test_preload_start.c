@@ -256,6 +256,63 @@ Test(start, a_fork_child_gets_errors_and_the_parent_keeps_its_stream, .timeout =
 	close(lis);
 }
 
+static ino_t sock_ino(int fd)
+{
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	return st.st_ino;
+}
+
+/*
+ * A fork child holds copies of the parent's sockets: none of those kernel
+ * sockets (live at the fork, or pooled for reuse) may later stand behind a
+ * new socket of the parent, or the child's copy would be that new socket.
+ */
+Test(start, no_socket_a_fork_child_holds_serves_a_later_socket, .timeout = 30)
+{
+	env_udp();
+	int cli, srv, lis;
+	stream_pair(&cli, &srv, &lis);
+	enum { N = 4 };
+	ino_t before[N + 2];
+	int blank[N];
+	for (int i = 0; i < N; i++) {
+		blank[i] = socket(AF_INET, SOCK_STREAM, 0);
+		cr_assert_geq(blank[i], 0);
+		before[i] = sock_ino(blank[i]);
+	}
+	for (int i = 0; i < N; i++)
+		close(blank[i]); /* pooled, if pooling */
+	before[N] = sock_ino(cli);
+	before[N + 1] = sock_ino(srv);
+	int gate[2];
+	cr_assert_eq(pipe(gate), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		char c;
+		close(gate[1]);
+		ssize_t r = read(gate[0], &c, 1); /* holds its copies until told */
+		_exit(r < 0);
+	}
+	close(gate[0]);
+	close(cli);
+	close(srv);
+	usleep(20000); /* the streams end; their placeholders would be free */
+	for (int i = 0; i < 2 * N; i++) {
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		cr_assert_geq(s, 0);
+		ino_t ino = sock_ino(s);
+		for (int j = 0; j < N + 2; j++)
+			cr_assert_neq(ino, before[j], "socket %d is one the child holds (%d)", i, j);
+		close(s);
+	}
+	close(gate[1]);
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	close(lis);
+}
+
 Test(start, counters_are_written_on_demand, .timeout = 30)
 {
 	env_udp();

@@ -86,7 +86,8 @@ struct nic_udp {
 
 	struct mmsghdr rx_msgs[NIC_UDP_BATCH];
 	struct iovec rx_iov[NIC_UDP_BATCH];
-	uint32_t rx_idx[NIC_UDP_BATCH];
+	uint32_t rx_idx[NIC_UDP_BATCH]; /* each receive slot's buffer */
+	unsigned rx_filled;
 	struct nic_rx pending[NIC_UDP_PENDING];
 	unsigned pending_head, pending_n;
 
@@ -335,42 +336,41 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	 * the pending queue never holds more than one batch's bundles. */
 	if (n == max || u->pending_n)
 		return n;
-	unsigned k = max - n < u->nfree ? max - n : u->nfree;
-	if (k > NIC_UDP_BATCH)
-		k = NIC_UDP_BATCH;
+	/* Receive slots [0, rx_filled) hold buffers with their headers ready,
+	 * so an empty poll writes nothing; what a receive empties is refilled
+	 * from the free stack. */
+	unsigned want = max - n < NIC_UDP_BATCH ? max - n : NIC_UDP_BATCH;
+	while (u->rx_filled < want && u->nfree) {
+		uint32_t b = u->free_stack[--u->nfree];
+		u->rx_idx[u->rx_filled] = b;
+		u->rx_iov[u->rx_filled++].iov_base = u->bufs + (size_t)b * u->stride;
+	}
 	/* With every buffer out, datagrams wait in the socket (and past
 	 * SO_RCVBUF the kernel drops them) instead of overwriting held ones. */
+	unsigned k = u->rx_filled < want ? u->rx_filled : want;
 	if (k == 0)
 		return n;
-	for (unsigned i = 0; i < k; i++) {
-		uint32_t b = u->free_stack[u->nfree - 1 - i];
-		u->rx_idx[i] = b;
-		u->rx_iov[i] = (struct iovec){.iov_base = u->bufs + (size_t)b * u->stride,
-					      .iov_len = nic->max_pkt_size};
-		u->rx_msgs[i].msg_hdr = (struct msghdr){.msg_iov = &u->rx_iov[i], .msg_iovlen = 1};
-	}
 	int r = recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
 	if (r <= 0) {
 		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			ferry_log_once(FERRY_LOG_WARN, "udp: recvmmsg failed: %s", strerror(errno));
 		return n;
 	}
-	/* The first r candidates were filled; keep the good ones, and leave the
-	 * rest (and truncated or malformed ones) on the free stack. */
-	unsigned keep = u->nfree - k;
-	for (unsigned i = 0; i < k; i++) {
+	for (unsigned i = 0; i < (unsigned)r; i++) {
 		uint32_t b = u->rx_idx[i];
-		if (i < (unsigned)r) {
-			if (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
-				if (nic->stats)
-					stats_drop(nic->stats, size); /* larger than this nic's packets */
-			} else if (rx_datagram(u, out, max, &n, b, u->rx_msgs[i].msg_len)) {
-				continue;
-			}
+		if (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
+			if (nic->stats)
+				stats_drop(nic->stats, size); /* larger than this nic's packets */
+		} else if (rx_datagram(u, out, max, &n, b, u->rx_msgs[i].msg_len)) {
+			continue;
 		}
-		u->free_stack[keep++] = b;
+		u->free_stack[u->nfree++] = b;
 	}
-	u->nfree = keep;
+	/* The slots not reached keep their buffers, moved to the front. */
+	unsigned rest = u->rx_filled - (unsigned)r;
+	memmove(u->rx_idx, u->rx_idx + r, rest * sizeof(u->rx_idx[0]));
+	memmove(u->rx_iov, u->rx_iov + r, rest * sizeof(u->rx_iov[0]));
+	u->rx_filled = rest;
 	return n;
 }
 
@@ -707,6 +707,12 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 	for (unsigned i = 0; i < NIC_UDP_RX_BUFS; i++)
 		u->free_stack[i] = NIC_UDP_RX_BUFS - 1 - i;
 	u->nfree = NIC_UDP_RX_BUFS;
+	/* recvmmsg only writes msg_len and msg_flags (no name, no control), so
+	 * the headers are filled once; slots get their buffers in rx_burst. */
+	for (unsigned i = 0; i < NIC_UDP_BATCH; i++) {
+		u->rx_iov[i].iov_len = mtu;
+		u->rx_msgs[i].msg_hdr = (struct msghdr){.msg_iov = &u->rx_iov[i], .msg_iovlen = 1};
+	}
 	log_debug("udp nic: %s port %u, packets up to %u bytes",
 		  u->family == AF_INET6 ? "[::]" : "0.0.0.0", u->port, mtu);
 	return &u->base;

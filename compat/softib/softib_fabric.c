@@ -656,11 +656,11 @@ void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
 	q->rx_pkts++;
 	__atomic_store_n(&q->tail, tail + 1, __ATOMIC_RELEASE);
 	/* A NIC raises the event at the first completion, not after the whole
-	 * post list: a sleeping receiver starts on packet 0 while the rest of a
-	 * long list (a 1 MB message is 16 copies of 64 KiB) is still being
-	 * written, instead of after it. Release checks again for an arm that
-	 * came later. */
-	if (!w->woke) {
+	 * post list: a sleeping receiver starts on the first big packet while
+	 * the rest of a long list (a 1 MB message is 16 copies of 64 KiB) is
+	 * still being written. Small packets leave it to release (the fence
+	 * costs more than their copies); release also catches a later arm. */
+	if (!w->woke && len >= SIB_MTU) {
 		w->woke = true;
 		sib_wake_if_armed(c, q);
 	}

@@ -51,9 +51,9 @@
 #define IB_SQ_DEPTH 256u
 /* Receives go back to the NIC in post lists of at least this many... */
 #define IB_RECV_BATCH 16u
-_Static_assert(IB_RQ_RESERVE >= IB_RECV_BATCH, "the reserve covers receives not yet posted again");
 /* ...unless fewer than a quarter of rq_target remain posted. */
 #define IB_TX_CHUNK 32u
+_Static_assert(IB_RQ_RESERVE >= IB_RECV_BATCH, "the reserve covers receives not yet posted again");
 #define IB_STASH 32u
 #define IB_INLINE_WANT 256u
 /* The QKey every ferry QP uses; the high bit must stay clear (privileged). */

@@ -163,7 +163,10 @@ void wait_flush(void)
 
 void wait_spin_once(void)
 {
-	if (wait_progress_run() == 0)
+	static __thread unsigned idle;
+	if (wait_progress_run() != 0)
+		idle = 0;
+	else if (++idle % 16 == 0)
 		sched_yield();
 }
 

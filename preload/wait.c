@@ -101,6 +101,10 @@ void wait_fork_child(void)
 
 void wait_wake(struct waiter *w)
 {
+	/* A thread that wakes itself (running the loop inside wait_block) is
+	 * awake already, and every waiter looks again after wait_block. */
+	if (w == wait_tls)
+		return;
 	if (__atomic_exchange_n(&w->signaled, 1, __ATOMIC_ACQ_REL))
 		return;
 	uint64_t one = 1;

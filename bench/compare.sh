@@ -304,6 +304,13 @@ END {
 		if (sys[t, "c50"] != "" && sys["kernel", "c50"] != "")
 			target(t, "server syscalls/req at -c 50 at most half the kernel'"'"'s",
 			       sys[t, "c50"] * 2 <= sys["kernel", "c50"])
+		if (t == "softib" || t == "ib") {
+			# The RDMA datapath'"'"'s own, stricter targets.
+			target(t, "p50 at -c 1 at most 1/5 of kernel (GET)",
+			       p50[t, "GET c1"] > 0 && p50[t, "GET c1"] * 5 <= p50["kernel", "GET c1"])
+			target(t, "throughput at -c 50 at least 2x kernel (SET and GET)",
+			       rps[t, "SET c50"] >= 2 * rps["kernel", "SET c50"] && rps[t, "GET c50"] >= 2 * rps["kernel", "GET c50"])
+		}
 	}
 }
 function target(t, what, ok) { printf "  %-58s %s\n", what, ok ? "met" : "MISSED" }

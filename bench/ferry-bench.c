@@ -14,6 +14,7 @@
  * itself and never sleeps; the server spins FERRY_SPIN_US after the last
  * packet, then sleeps on the nic.
  */
+#define _GNU_SOURCE /* sched_setaffinity (bench/pin.h) */
 #include <errno.h>
 #include <getopt.h>
 #include <netdb.h>
@@ -28,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/pin.h"
 #include "mgmt/mgmt.h"
 #include "mgmt/nexus.h"
 #include "transport/clock.h"
@@ -462,6 +464,7 @@ int main(int argc, char **argv)
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		close(pfd[0]);
+		bench_pin(0);
 		serve("127.0.0.1:0", 0, pfd[1]);
 		_exit(0);
 	}
@@ -473,6 +476,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	close(pfd[0]);
+	bench_pin(1);
 	char spec[32];
 	snprintf(spec, sizeof(spec), "127.0.0.1:%u", port);
 	int rc = client(&o, spec);

@@ -1,11 +1,11 @@
 # bench: build fragment, included from Makefile.am
 # udp_pingpong: bare busy-polled UDP ping-pong, the physical latency baseline.
 noinst_PROGRAMS += bench/udp_pingpong
-bench_udp_pingpong_SOURCES = bench/udp_pingpong.c
+bench_udp_pingpong_SOURCES = bench/udp_pingpong.c bench/pin.h
 # ferry-bench: the transport's latency / rate / bandwidth microbenchmarks.
 noinst_PROGRAMS += bench/ferry-bench
-bench_ferry_bench_SOURCES = bench/ferry-bench.c
+bench_ferry_bench_SOURCES = bench/ferry-bench.c bench/pin.h
 bench_ferry_bench_LDADD = libferry_core.la
 # shm_pingpong: bare shared-memory ping-pong and memcpy bandwidth, the softib baseline.
 noinst_PROGRAMS += bench/shm_pingpong
-bench_shm_pingpong_SOURCES = bench/shm_pingpong.c
+bench_shm_pingpong_SOURCES = bench/shm_pingpong.c bench/pin.h

@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/pin.h"
+
 #define MAX_SIZE 4096u
 
 struct mailbox {
@@ -137,9 +139,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (pid == 0) {
+		bench_pin(0);
 		echo(s, size);
 		_exit(0);
 	}
+	bench_pin(1);
 	uint64_t *rtt = malloc(n * sizeof(*rtt));
 	uint8_t msg[MAX_SIZE], back[MAX_SIZE];
 	memset(msg, 0x5a, sizeof(msg));

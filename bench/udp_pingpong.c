@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/pin.h"
+
 #define MAX_SIZE 65507
 #define LOSS_TIMEOUT_NS 1000000000ull
 
@@ -276,9 +278,11 @@ int main(int argc, char **argv)
 	if (pid < 0)
 		die("fork");
 	if (pid == 0) {
+		bench_pin(0);
 		serve(sfd);
 		_exit(0);
 	}
+	bench_pin(1);
 	close(sfd);
 	int rc = run_client(&to, tolen, size, warmup, rtts);
 	stop_server(&to, tolen);

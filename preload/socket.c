@@ -714,30 +714,25 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 		sock_handoff(f);
 		return 0;
 	}
-	int reuse = 0;
-	socklen_t rl = sizeof(reuse);
+	/* The rendezvous socket shares the port as the listener does. */
+	int reuse = 0, v6only = 0;
+	socklen_t rl = sizeof(reuse), ol = sizeof(v6only);
 	unsigned lflags = c->getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuse, &rl) == 0 && reuse
 				  ? MGMT_LISTEN_REUSEPORT
 				  : 0;
+	if (a.ss_family == AF_INET6 &&
+	    c->getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &ol) == 0 && v6only)
+		lflags |= MGMT_LISTEN_V6ONLY;
 	ferry_internal_enter();
 	int rc = mgmt_listen_fd(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a, alen, sk->rdv_fd,
 				lflags);
 	sk->rdv_fd = -1;
 	ferry_internal_leave();
 	if (rc < 0) {
-		/* A v6-only listener beside a v4 one on the same port (redis
-		 * listens like that) finds the port held by the v4 listener's own
-		 * rendezvous socket, which is dual-stack: expected, so quiet. */
-		int v6only = 0;
-		socklen_t ol = sizeof(v6only);
-		bool expected = rc == -EADDRINUSE && a.ss_family == AF_INET6 &&
-				c->getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &ol) == 0 &&
-				v6only;
-		ferry_log(expected ? FERRY_LOG_INFO : FERRY_LOG_WARN,
+		ferry_log(FERRY_LOG_WARN,
 			  "listener on port %u is not accelerated: its rendezvous port udp/%u %s",
 			  port, port, rc == -EADDRINUSE ? "is taken" : strerror(-rc));
-		if (!expected)
-			stats_inc(ferry_stats()->listeners_plain);
+		stats_inc(ferry_stats()->listeners_plain);
 		sock_handoff(f);
 		return 0;
 	}
@@ -749,6 +744,7 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 	ferry_lock();
 	sk->lis = listener_add((struct sockaddr *)&a, alen, backlog, f);
 	if (sk->lis) {
+		sk->lis->v6only = lflags & MGMT_LISTEN_V6ONLY;
 		sk->state = FSOCK_LISTEN;
 		f->hybrid = true;
 	}

@@ -803,7 +803,8 @@ static bool listener_matches(const struct listener *l, const struct wire_addr *d
 	if (l->port != dst->port)
 		return false;
 	if (addr_is_any(&l->addr))
-		return l->addr.ss_family == AF_INET6 || dst->family == AF_INET;
+		return l->addr.ss_family == AF_INET6 ? !l->v6only || dst->family == AF_INET6
+						     : dst->family == AF_INET;
 	struct sockaddr_storage ss;
 	wire_to_addr(dst, l->addr.ss_family, &ss);
 	if (l->addr.ss_family == AF_INET)

@@ -75,6 +75,7 @@ struct stream {
 struct listener {
 	struct sockaddr_storage addr;
 	socklen_t addr_len;
+	bool v6only; /* IPV6_V6ONLY: IPv4 peers belong to a listener beside it */
 	uint16_t port;
 	struct ffile *file;
 	int backlog;

@@ -230,6 +230,64 @@ static void wild_client(struct peer *p)
 	close(fd);
 }
 
+/* ---- v6only_beside_v4: [::]:P with IPV6_V6ONLY next to 0.0.0.0:P (redis does this) - */
+
+static void v6only_server(struct peer *p)
+{
+	int l4 = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a4 = {.sin_family = AF_INET};
+	if (bind(l4, (struct sockaddr *)&a4, sizeof(a4)) || listen(l4, 8))
+		die(p, "listen 0.0.0.0");
+	uint16_t port = sock_port(p, l4);
+	int l6 = socket(AF_INET6, SOCK_STREAM, 0);
+	setsockopt(l6, IPPROTO_IPV6, IPV6_V6ONLY, &(int){1}, sizeof(int));
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons(port),
+				  .sin6_addr = IN6ADDR_ANY_INIT};
+	expect_rc(p, "bind_v6only_same_port", bind(l6, (struct sockaddr *)&a6, sizeof(a6)), 0, 0);
+	expect_rc(p, "listen_v6only", listen(l6, 8), 0, 0);
+	sync_send_data(p, &port, sizeof(port));
+	/* Each client lands on the listener of its own family. */
+	for (int i = 0; i < 2; i++) {
+		struct pollfd pfd[2] = {{.fd = l4, .events = POLLIN}, {.fd = l6, .events = POLLIN}};
+		if (poll(pfd, 2, 10000) <= 0)
+			die(p, "poll listeners");
+		bool v6 = !(pfd[0].revents & POLLIN);
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+		int fd = accept(v6 ? l6 : l4, (struct sockaddr *)&peer, &plen);
+		if (fd < 0)
+			die(p, "accept");
+		char c = 0;
+		expect_rc(p, "read_family_byte", read(fd, &c, 1), 1, 0);
+		expect_int(p, v6 ? "v6_listener_got" : "v4_listener_got", c, v6 ? '6' : '4');
+		expect_int(p, v6 ? "v6_peer_family" : "v4_peer_family", peer.ss_family,
+			   v6 ? AF_INET6 : AF_INET);
+		if (v6) {
+			char text[INET6_ADDRSTRLEN];
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&peer)->sin6_addr, text, sizeof(text));
+			expect_str(p, "v6_peer_addr", text, "::1");
+		}
+		close(fd);
+	}
+	close(l4);
+	close(l6);
+}
+
+static void v6only_client(struct peer *p)
+{
+	uint16_t port;
+	sync_recv_data(p, &port, sizeof(port));
+	int fd = tcp_connect(p, port);
+	expect_rc(p, "send_4", send(fd, "4", 1, 0), 1, 0);
+	close(fd);
+	fd = socket(AF_INET6, SOCK_STREAM, 0);
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons(port),
+				  .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	expect_rc(p, "connect_v6", connect(fd, (struct sockaddr *)&a6, sizeof(a6)), 0, 0);
+	expect_rc(p, "send_6", send(fd, "6", 1, 0), 1, 0);
+	close(fd);
+}
+
 /* ---- options: the common options answer as the kernel does ------------------------ */
 
 static int get_int(int fd, int level, int name)
@@ -661,6 +719,7 @@ const struct scenario scen_options[] = {
 	{"names", names_server, names_client, false},
 	{"ipv6", v6_server, v6_client, false},
 	{"wildcard_listeners", wild_server, wild_client, false},
+	{"v6only_beside_v4", v6only_server, v6only_client, false},
 	{"options", options_server, options_client, false},
 	{"reuseport", reuseport_server, reuseport_client, false},
 	{"fcntl_flags", fcntl_server, fcntl_client, false},

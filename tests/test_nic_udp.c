@@ -266,6 +266,16 @@ Test(nic_udp, returned_buffers_are_reused_in_any_order, .timeout = 30)
 	pair_close(&p);
 }
 
+/* A plain UDP socket, and in *to the address of p's nic b. */
+static int plain_sender(const struct pair *p, struct sockaddr_in *to)
+{
+	int s = socket(AF_INET, SOCK_DGRAM, 0);
+	cr_assert_geq(s, 0);
+	*to = loopback4;
+	to->sin_port = htons(p->b_port);
+	return s;
+}
+
 /* A plain UDP socket on loopback, to see the datagrams a nic sends. */
 static int raw_peer(struct nic *from, struct nic_peer **to)
 {
@@ -381,10 +391,8 @@ Test(nic_udp, malformed_bundles_are_dropped_and_counted, .timeout = 30)
 {
 	struct pair p;
 	pair_open(&p, 1500);
-	int s = socket(AF_INET, SOCK_DGRAM, 0);
-	cr_assert_geq(s, 0);
-	struct sockaddr_in to = loopback4;
-	to.sin_port = htons(p.b_port);
+	struct sockaddr_in to;
+	int s = plain_sender(&p, &to);
 	/* count, lengths and padding that do not add up to the datagram */
 	static const uint8_t bad[][40] = {
 		{0xB7, 1, 2, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0},
@@ -497,10 +505,8 @@ Test(nic_udp, any_datagram_arrives_as_a_packet)
 {
 	struct pair p;
 	pair_open(&p, 1500);
-	int s = socket(AF_INET, SOCK_DGRAM, 0);
-	cr_assert_geq(s, 0);
-	struct sockaddr_in to = loopback4;
-	to.sin_port = htons(p.b_port);
+	struct sockaddr_in to;
+	int s = plain_sender(&p, &to);
 	cr_assert_eq(sendto(s, "hello", 5, 0, (struct sockaddr *)&to, sizeof(to)), 5);
 	struct nic_rx rx;
 	cr_assert_eq(rx_wait(p.b, &rx, 1), 1);

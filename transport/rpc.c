@@ -76,9 +76,9 @@ void rpc_destroy(struct rpc *rpc)
 	if (rpc->n_tx)
 		tx_flush(rpc);
 	nic_flush(rpc->nic);
+	/* Request handles still held by handlers die here with their sessions. */
+	session_free_zombies(rpc);
 	rpc_unlock(rpc);
-	/* Sessions whose requests an application handler still holds leak
-	 * with their handles; their buffers go with the pool below. */
 	free(rpc->sessions);
 	wheel_destroy(rpc->wheel);
 	free(rpc->held_pkt);

@@ -119,6 +119,8 @@ struct session {
 	uint32_t n_client_slots;
 	uint32_t refs;  /* handlers holding requests of this session, and
 			   the event loop while it calls out */
+	bool zombie;    /* reset while held: on rpc->zombies until let go */
+	struct session *zombie_next;
 	struct client_slot *cslots;
 	struct server_slot sslots[RPC_SERVER_SLOTS];
 	struct backlog_entry *backlog;
@@ -146,6 +148,7 @@ struct rpc {
 	void *session_ctx;
 	struct session **sessions;
 	uint32_t n_sessions; /* capacity of sessions[] */
+	struct session *zombies; /* reset, but a handler still holds a request */
 	struct session *active; /* sessions with requests in flight */
 	struct fault fault;
 	uint8_t *held_pkt;     /* a packet FAULT_REORDER put aside */
@@ -178,6 +181,8 @@ struct session *session_get(struct rpc *rpc, int num);
  * it; session_put frees a reset session when the last reference goes. */
 static inline void session_hold(struct session *s) { s->refs++; }
 void session_put(struct rpc *rpc, struct session *s);
+/* Frees the sessions reset while a handler held one of their requests. */
+void session_free_zombies(struct rpc *rpc);
 void session_activate(struct rpc *rpc, struct session *s);
 void session_deactivate(struct rpc *rpc, struct session *s);
 void session_release_server_slot(struct rpc *rpc, struct server_slot *ss);

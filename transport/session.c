@@ -79,8 +79,24 @@ static void session_free(struct rpc *rpc, struct session *s)
 
 void session_put(struct rpc *rpc, struct session *s)
 {
-	if (--s->refs == 0 && s->state == SESSION_DEAD)
+	if (--s->refs || s->state != SESSION_DEAD)
+		return;
+	if (s->zombie) {
+		struct session **z = &rpc->zombies;
+		while (*z != s)
+			z = &(*z)->zombie_next;
+		*z = s->zombie_next;
+	}
+	session_free(rpc, s);
+}
+
+void session_free_zombies(struct rpc *rpc)
+{
+	while (rpc->zombies) {
+		struct session *s = rpc->zombies;
+		rpc->zombies = s->zombie_next;
 		session_free(rpc, s);
+	}
 }
 
 int rpc_session_create(struct rpc *rpc, uint64_t token)
@@ -164,6 +180,13 @@ void rpc_session_reset(struct rpc *rpc, int num, int err)
 	if (was_up && rpc->session_fn)
 		rpc->session_fn(rpc, num, err == -ENOTCONN ? RPC_SESSION_CLOSED : RPC_SESSION_RESET,
 				err, rpc->session_ctx);
+	if (s->refs > 1 && !s->zombie) {
+		/* A handler still holds one of its requests: kept until it
+		 * responds, or until rpc_destroy. */
+		s->zombie = true;
+		s->zombie_next = rpc->zombies;
+		rpc->zombies = s;
+	}
 	session_put(rpc, s);
 }
 

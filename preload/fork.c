@@ -73,6 +73,9 @@ FERRY_EXPORT pid_t fork(void)
 	/* The child: the endpoint lock stays taken forever (nothing may use
 	 * the endpoint here), and this thread is the only one. */
 	fdtable_each(&fdtab, fork_kill_file, NULL);
+	/* Placeholders of closing streams: the parent's own again, once they
+	 * are done (it closes them rather than pool them, phpool.h). */
+	stream_fork_child();
 	phpool_fork_child();
 	wait_fork_child();
 	ferry_forked_child();

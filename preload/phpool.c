@@ -4,20 +4,24 @@
 #include "preload/phpool.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "preload/libc.h"
 
 /* Enough for the connections a busy process opens and closes at once;
- * past it a socket is closed as before. Bound ones hold ports of the
- * host's ephemeral range, so they are kept fewer. */
+ * past it a socket is closed as before. Each pool also keeps no more than
+ * a small share of RLIMIT_NOFILE (pp_cap), since what it keeps counts
+ * against the application's own budget. */
 #define PHPOOL_BLANK_MAX 256
 #define PHPOOL_BOUND_MAX 256
+#define PHPOOL_LIMIT_SHARE 32
 
 struct bound_key {
 	uint16_t family;
@@ -38,22 +42,35 @@ static unsigned pp_nblank[2];
 static struct bound_entry pp_bound[PHPOOL_BOUND_MAX];
 static unsigned pp_nbound;
 
+/* The fork generation each hidden descriptor was handed out in (index:
+ * the descriptor), so one handed out before a fork is never kept again:
+ * the child may hold a copy (one sitting between phpool_take and its
+ * socket, or behind a closing stream). */
+static unsigned pp_gen;
+static unsigned *pp_taken_gen;
+static int pp_ntaken;
+
 static int pp_off;            /* atomic: descriptors are short (phpool_pressure) */
 static int pp_limit;          /* atomic: RLIMIT_NOFILE's soft limit, as last read */
 static unsigned pp_checks;    /* atomic */
+
+/* RLIMIT_NOFILE's soft limit now (INT32_MAX: none). */
+static int pp_limit_read(void)
+{
+	struct rlimit rl;
+	int limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < INT32_MAX ? (int)rl.rlim_cur
+										     : INT32_MAX;
+	__atomic_store_n(&pp_limit, limit, __ATOMIC_RELAXED);
+	return limit;
+}
 
 bool phpool_pressure(int fd)
 {
 	int limit = __atomic_load_n(&pp_limit, __ATOMIC_RELAXED);
 	/* The application may raise its limit at any time (redis does). */
 	if (limit <= 0 || (__atomic_fetch_add(&pp_checks, 1, __ATOMIC_RELAXED) & 1023) == 0 ||
-	    fd >= limit - limit / 4) {
-		struct rlimit rl;
-		limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < INT32_MAX
-				? (int)rl.rlim_cur
-				: INT32_MAX;
-		__atomic_store_n(&pp_limit, limit, __ATOMIC_RELAXED);
-	}
+	    fd >= limit - limit / 4)
+		limit = pp_limit_read();
 	if (fd >= limit - limit / 4)
 		return __atomic_exchange_n(&pp_off, 1, __ATOMIC_RELAXED) == 0;
 	if (fd < limit / 2 && __atomic_load_n(&pp_off, __ATOMIC_RELAXED))
@@ -64,6 +81,69 @@ bool phpool_pressure(int fd)
 static bool pp_short(void)
 {
 	return __atomic_load_n(&pp_off, __ATOMIC_RELAXED) != 0;
+}
+
+/* RLIMIT_NOFILE's soft limit, as last read (INT32_MAX: none). */
+static int pp_limit_now(void)
+{
+	int limit = __atomic_load_n(&pp_limit, __ATOMIC_RELAXED);
+	return limit > 0 ? limit : pp_limit_read();
+}
+
+/* How many sockets one pool keeps. */
+static unsigned pp_cap(unsigned max)
+{
+	unsigned share = (unsigned)pp_limit_now() / PHPOOL_LIMIT_SHARE;
+	return share < max ? share : max;
+}
+
+/*
+ * A new hidden descriptor goes up to half the limit or above, so it never
+ * takes a number the kernel would give the application next (the lowest
+ * free): the application's numbers stay what they would be without ferry.
+ * The floor is capped, as the kernel's table grows to the highest number
+ * in use. Where nothing is free up there, the number stays as it is.
+ */
+#define PHPOOL_HIDE_FLOOR_MAX 65536
+
+static int pp_hide(int fd)
+{
+	const struct libc_fns *c = libc();
+	int floor = pp_limit_read() / 2; /* a new socket: worth a fresh look */
+	if (floor > PHPOOL_HIDE_FLOOR_MAX)
+		floor = PHPOOL_HIDE_FLOOR_MAX;
+	if (fd >= floor)
+		return fd;
+	int saved = errno;
+	int high = c->fcntl(fd, F_DUPFD_CLOEXEC, floor);
+	errno = saved;
+	if (high < 0)
+		return fd;
+	c->close(fd);
+	return high;
+}
+
+/* Notes fd as handed out now; under pp_lock. */
+static void pp_taken(int fd)
+{
+	if (fd >= pp_ntaken) {
+		int n = pp_ntaken ? pp_ntaken : 64;
+		while (n <= fd)
+			n *= 2;
+		unsigned *ng = realloc(pp_taken_gen, (size_t)n * sizeof(*ng));
+		if (!ng)
+			return; /* never kept: see pp_keepable */
+		memset(ng + pp_ntaken, 0xff, (size_t)(n - pp_ntaken) * sizeof(*ng));
+		pp_taken_gen = ng;
+		pp_ntaken = n;
+	}
+	pp_taken_gen[fd] = pp_gen;
+}
+
+/* fd was handed out since the last fork; under pp_lock. */
+static bool pp_keepable(int fd)
+{
+	return fd >= 0 && fd < pp_ntaken && pp_taken_gen[fd] == pp_gen && !pp_short();
 }
 
 static int blank_index(int domain)
@@ -91,18 +171,26 @@ int phpool_take(int domain)
 	int i = blank_index(domain);
 	pthread_mutex_lock(&pp_lock);
 	int fd = pp_nblank[i] ? pp_blank[i][--pp_nblank[i]] : -1;
+	if (fd >= 0)
+		pp_taken(fd);
 	pthread_mutex_unlock(&pp_lock);
 	if (fd >= 0)
 		return fd;
 	fd = libc()->socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	return fd >= 0 ? fd : -errno;
+	if (fd < 0)
+		return -errno;
+	fd = pp_hide(fd);
+	pthread_mutex_lock(&pp_lock);
+	pp_taken(fd);
+	pthread_mutex_unlock(&pp_lock);
+	return fd;
 }
 
 void phpool_give(int domain, int hfd)
 {
 	int i = blank_index(domain);
 	pthread_mutex_lock(&pp_lock);
-	bool kept = pp_nblank[i] < PHPOOL_BLANK_MAX && !pp_short();
+	bool kept = pp_nblank[i] < pp_cap(PHPOOL_BLANK_MAX) && pp_keepable(hfd);
 	if (kept)
 		pp_blank[i][pp_nblank[i]++] = hfd;
 	pthread_mutex_unlock(&pp_lock);
@@ -121,14 +209,17 @@ int phpool_take_bound(int domain, const struct sockaddr *src, socklen_t slen,
 	key_of(src, &k);
 	int fd = -1;
 	pthread_mutex_lock(&pp_lock);
-	/* From the top: the most recently given back, and usually the only
-	 * address there is. */
-	for (unsigned i = pp_nbound; i-- > 0;) {
+	/* Oldest first: a port comes back as late as it can, the longer
+	 * after its last connection ended (the peer's side of it too). */
+	for (unsigned i = 0; i < pp_nbound; i++) {
 		if (!memcmp(&pp_bound[i].key, &k, sizeof(k))) {
 			fd = pp_bound[i].fd;
 			*local = pp_bound[i].local;
 			*llen = pp_bound[i].len;
-			pp_bound[i] = pp_bound[--pp_nbound];
+			memmove(&pp_bound[i], &pp_bound[i + 1],
+				(pp_nbound - i - 1) * sizeof(pp_bound[0]));
+			pp_nbound--;
+			pp_taken(fd);
 			break;
 		}
 	}
@@ -145,13 +236,18 @@ int phpool_take_bound(int domain, const struct sockaddr *src, socklen_t slen,
 		c->close(fd);
 		return -err;
 	}
+	fd = pp_hide(fd);
+	pthread_mutex_lock(&pp_lock);
+	pp_taken(fd);
+	pthread_mutex_unlock(&pp_lock);
 	return fd;
 }
 
 void phpool_give_bound(int hfd, const struct sockaddr_storage *local, socklen_t llen)
 {
 	pthread_mutex_lock(&pp_lock);
-	bool kept = pp_nbound < PHPOOL_BOUND_MAX && llen <= sizeof(*local) && !pp_short();
+	bool kept = pp_nbound < pp_cap(PHPOOL_BOUND_MAX) && llen <= sizeof(*local) &&
+		    pp_keepable(hfd);
 	if (kept) {
 		struct bound_entry *e = &pp_bound[pp_nbound++];
 		e->fd = hfd;
@@ -186,6 +282,7 @@ void phpool_fork_prepare(void)
 
 void phpool_fork_parent(void)
 {
+	pp_gen++;
 	pthread_mutex_unlock(&pp_lock);
 	phpool_drain();
 }
@@ -193,5 +290,6 @@ void phpool_fork_parent(void)
 void phpool_fork_child(void)
 {
 	pthread_mutex_init(&pp_lock, NULL);
+	pp_gen++;
 	phpool_drain();
 }

@@ -5,13 +5,18 @@
  * on the client, and one accept on the server).
  *
  * A pooled socket is held by a hidden descriptor of ferry's (close-on-exec,
- * never in the fd table); the application's numbers are duplicates of it,
- * so it stays private to one ferry socket at a time. Two kinds:
+ * never in the fd table), numbered at half RLIMIT_NOFILE or above where
+ * there is room, so the numbers the application gets are the kernel's
+ * lowest free ones as without ferry; the application's numbers are
+ * duplicates of it, so it stays private to one ferry socket at a time.
+ * Each pool keeps a small share of the limit at most. Two kinds:
  *  - blank: a fresh, unbound socket the kernel holds no state of, behind a
  *    new socket() or an accepted stream;
  *  - bound: bound to a local address and a port of its own, behind a
  *    client stream, so the port stays reserved (unique on the host) while
  *    it is pooled, and a new connection needs no bind or getsockname.
+ *    Given back only once both directions of its last connection ended
+ *    (stream.h), and reused oldest first.
  * A socket goes back only untouched: anything the kernel may keep of it
  * (an option, an address, a connection, flags) makes the caller close it.
  *
@@ -54,6 +59,9 @@ void phpool_drain(void);
  * pooled socket may serve a later socket in either process. prepare takes
  * the pool's lock before fork; parent and child let it go and close what
  * the pools hold (the child's copies, and the parent's now shared ones).
+ * A descriptor handed out before the fork is not kept when given back
+ * (closed instead), whoever holds it: one between phpool_take and its
+ * socket, or behind a closing stream, is in the child too.
  */
 void phpool_fork_prepare(void);
 void phpool_fork_parent(void);

@@ -11,6 +11,7 @@
 
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
+#include "preload/libc.h"
 #include "preload/phpool.h"
 #include "transport/clock.h"
 #include "transport/log.h"
@@ -199,8 +200,12 @@ static void stream_put(struct stream *s)
 		st_slots[idx] = NULL;
 		st_free[st_nfree++] = idx;
 	}
-	if (s->ph_fd >= 0)
-		phpool_give_bound(s->ph_fd, &s->local, s->local_len);
+	if (s->ph_fd >= 0) {
+		if (s->ended)
+			phpool_give_bound(s->ph_fd, &s->local, s->local_len);
+		else
+			libc()->close(s->ph_fd);
+	}
 	rxbuf_free(&s->rx);
 	free(s);
 }
@@ -257,8 +262,20 @@ void stream_set_file(struct stream *s, struct ffile *file)
 	stream_notify(s, EPOLLIN | EPOLLOUT);
 }
 
+/* A closed stream that kept its placeholder for the peer's side (ph_wait)
+ * lets it go once that side ended. Only where the caller holds s by
+ * another reference, or uses it no more. */
+static void stream_unlinger(struct stream *s)
+{
+	if (s->ph_wait && s->ended) {
+		s->ph_wait = false;
+		stream_put(s);
+	}
+}
+
 static void stream_fail(struct stream *s, int err)
 {
+	s->ended = true; /* a reset, either way, or the peer is gone */
 	if (s->reset)
 		return;
 	s->reset = true;
@@ -346,11 +363,12 @@ static void ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, voi
 		if (len > 0 && a->status == 0)
 			stream_take_bytes(rpc, s, a, len);
 		if ((a->flags & ACK_FIN) && a->status == 0 && !s->rx_fin) {
-			s->rx_fin = true;
+			s->rx_fin = s->ended = true;
 			s->fin_seq = a->seq + len;
 			stream_notify(s, EPOLLIN | EPOLLRDHUP);
 		}
 	}
+	stream_unlinger(s);
 	stream_put(s);
 }
 
@@ -602,20 +620,30 @@ void stream_close(struct rpc *rpc, struct stream *s)
 	s->file = NULL;
 	if (s->state == STREAM_OPEN && !s->reset) {
 		/* As TCP: closing with unread data resets the connection. */
-		if (rxbuf_avail(&s->rx) > 0)
-			stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
-		else if (!s->fin_sent && stream_send_fin(rpc, s) == 0)
+		if (rxbuf_avail(&s->rx) > 0) {
+			if (stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont) == 0)
+				s->ended = true;
+		} else if (!s->fin_sent && stream_send_fin(rpc, s) == 0) {
 			s->fin_sent = true;
+		}
 	}
 	s->wr_shut = s->rd_shut = true;
 	s->reset = true; /* nothing more for the application */
+	/* The port stays ours until the peer's side ended too: the peer's
+	 * application may hold its end of the connection for a while yet, and
+	 * no new connection may show the same pair of addresses meanwhile. */
+	if (s->ph_fd >= 0 && !s->ended && !s->ph_wait) {
+		s->ph_wait = true;
+		s->refs++;
+	}
 	stream_put(s);
 }
 
 void stream_abort(struct rpc *rpc, struct stream *s)
 {
-	if (s->state == STREAM_OPEN && !s->reset && !s->fin_sent)
-		stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
+	if (s->state == STREAM_OPEN && !s->reset && !s->fin_sent &&
+	    stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont) == 0)
+		s->ended = true;
 	s->fin_sent = true;
 	stream_close(rpc, s);
 }
@@ -623,6 +651,17 @@ void stream_abort(struct rpc *rpc, struct stream *s)
 void stream_abandon(struct stream *s)
 {
 	s->file = NULL;
+}
+
+void stream_fork_child(void)
+{
+	for (uint32_t i = 0; i < st_used; i++) {
+		struct stream *s = st_slots[i];
+		if (s && s->ph_fd >= 0) {
+			libc()->close(s->ph_fd);
+			s->ph_fd = -1;
+		}
+	}
 }
 
 void stream_forget_all(void)
@@ -729,16 +768,18 @@ static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 	}
 	if (err) {
 		s->state = STREAM_FAILED;
-		s->reset = true;
+		s->reset = s->ended = true;
 		s->err = err;
 		stream_notify(s, EPOLLOUT | EPOLLERR | EPOLLHUP);
 	} else {
 		s->state = STREAM_OPEN;
 		stats_inc(ferry_stats()->streams_connected);
-		if (!s->file) /* closed while opening */
-			stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
+		if (!s->file && /* closed while opening */
+		    stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont) == 0)
+			s->ended = true;
 		stream_notify(s, EPOLLOUT);
 	}
+	stream_unlinger(s);
 	stream_put(s);
 }
 
@@ -1060,6 +1101,10 @@ static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
 	if (!s || s->reset) {
 		respond_ack(rpc, req, -ECONNRESET, NULL);
+		if (s) { /* closed here: the peer's stream ends on the refusal */
+			s->ended = true;
+			stream_unlinger(s);
+		}
 		return;
 	}
 	stream_heard(s, w->consumed, w->received);
@@ -1102,7 +1147,7 @@ static void handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx)
 	case STREAM_REQ_WINDOW:
 		break;
 	case STREAM_REQ_FIN:
-		s->rx_fin = true;
+		s->rx_fin = s->ended = true;
 		s->fin_seq = w->value;
 		stream_notify(s, EPOLLIN | EPOLLRDHUP);
 		if (!s->reset && s->state == STREAM_OPEN) {
@@ -1115,6 +1160,7 @@ static void handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		break;
 	}
 	answer_later(rpc, req, s, 0);
+	stream_unlinger(s);
 }
 
 static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_event ev, int err,
@@ -1127,8 +1173,10 @@ static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_
 		/* A peer that had shut its side (FIN) and sent everything before
 		 * it went away closed cleanly: reads end in EOF, writes fail; no
 		 * reset to report. Anything missing is a reset. */
-		if (s && s->session == session)
+		if (s && s->session == session) {
 			stream_fail(s, s->rx_fin && s->rx.tail >= s->fin_seq ? 0 : ECONNRESET);
+			stream_unlinger(s);
+		}
 	}
 }
 

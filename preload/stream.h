@@ -66,9 +66,12 @@ struct stream {
 	struct sockaddr_storage local, peer;
 	socklen_t local_len, peer_len;
 	/* A bound pooled placeholder (phpool.h) holding local's port, handed
-	 * over at close: pooled again only once the stream is gone, so the
-	 * port is never seen on two live streams at once. -1: none. */
+	 * over at close: pooled again only once the stream is gone and both
+	 * directions ended (else closed), so the port is never seen on two
+	 * connections at once, here or at the peer. -1: none. */
 	int ph_fd;
+	bool ended;   /* the peer's direction is over: its FIN, or a reset */
+	bool ph_wait; /* closed, holding a reference for ph_fd until ended */
 	struct stream *accept_next;
 };
 
@@ -105,6 +108,9 @@ int stream_shutdown(struct rpc *rpc, struct stream *s, int how);
 void stream_close(struct rpc *rpc, struct stream *s);
 /* Forgets the stream without a word to the peer (fork child, exit). */
 void stream_abandon(struct stream *s);
+/* In a fork child: closes the child's copies of the placeholders closing
+ * streams hold (the parent closes its own, phpool.h). */
+void stream_fork_child(void);
 
 /* Readiness as EPOLL* bits. */
 uint32_t stream_mask(const struct stream *s);

@@ -115,3 +115,70 @@ Test(phpool, short_descriptors_empty_the_pools)
 	cr_assert_geq(h, 0, "pooling is back");
 	setrlimit(RLIMIT_NOFILE, &rl);
 }
+
+Test(phpool, bound_sockets_come_back_oldest_first)
+{
+	struct sockaddr_in src = loopback(INADDR_LOOPBACK);
+	struct sockaddr_storage l[3], got;
+	socklen_t n[3], gn;
+	int h[3];
+	for (int i = 0; i < 3; i++) {
+		h[i] = phpool_take_bound(AF_INET, (struct sockaddr *)&src, sizeof(src), &l[i], &n[i]);
+		cr_assert_geq(h[i], 0);
+	}
+	for (int i = 0; i < 3; i++)
+		phpool_give_bound(h[i], &l[i], n[i]);
+	for (int i = 0; i < 3; i++) {
+		int t = phpool_take_bound(AF_INET, (struct sockaddr *)&src, sizeof(src), &got, &gn);
+		cr_assert_eq(t, h[i], "given back %d-th, taken %d-th", i, i);
+		cr_assert_eq(port_of(&got), port_of(&l[i]));
+	}
+}
+
+Test(phpool, hidden_descriptors_sit_at_half_the_limit_and_pools_keep_a_share)
+{
+	struct rlimit rl, low;
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	low = rl;
+	low.rlim_cur = 256;
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	cr_assert_not(phpool_pressure(3));
+	enum { N = 20 };
+	int h[N];
+	for (int i = 0; i < N; i++) {
+		h[i] = phpool_take(AF_INET);
+		cr_assert_geq(h[i], 128, "hidden descriptor %d at %d", i, h[i]);
+		cr_assert_eq(fcntl(h[i], F_GETFD), FD_CLOEXEC);
+	}
+	for (int i = 0; i < N; i++)
+		phpool_give(AF_INET, h[i]);
+	int kept = 0;
+	for (int i = 0; i < N; i++)
+		kept += fcntl(h[i], F_GETFD) != -1;
+	cr_assert_leq(kept, 256 / 32, "%d kept of the application's 256", kept);
+	cr_assert_gt(kept, 0, "but some are");
+	phpool_drain();
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+Test(phpool, what_was_handed_out_before_a_fork_is_never_kept)
+{
+	int h = phpool_take(AF_INET);
+	cr_assert_geq(h, 0);
+	phpool_fork_prepare();
+	phpool_fork_parent(); /* as around a fork: h is the child's too */
+	phpool_give(AF_INET, h);
+	cr_assert_eq(fcntl(h, F_GETFD), -1, "closed, not pooled");
+	struct sockaddr_in src = loopback(INADDR_LOOPBACK);
+	struct sockaddr_storage l;
+	socklen_t n;
+	int b = phpool_take_bound(AF_INET, (struct sockaddr *)&src, sizeof(src), &l, &n);
+	cr_assert_geq(b, 0);
+	phpool_fork_prepare();
+	phpool_fork_parent();
+	phpool_give_bound(b, &l, n);
+	cr_assert_eq(fcntl(b, F_GETFD), -1, "closed, not pooled");
+	int c = phpool_take(AF_INET);
+	phpool_give(AF_INET, c);
+	cr_assert_eq(phpool_take(AF_INET), c, "one handed out since is kept as before");
+}

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -310,6 +311,180 @@ Test(start, no_socket_a_fork_child_holds_serves_a_later_socket, .timeout = 30)
 	close(gate[1]);
 	int status;
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	close(lis);
+}
+
+static uint16_t local_port(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t al = sizeof(a);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+	return ntohs(a.sin_port);
+}
+
+static uint16_t peer_port(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t al = sizeof(a);
+	cr_assert_eq(getpeername(fd, (struct sockaddr *)&a, &al), 0);
+	return ntohs(a.sin_port);
+}
+
+static int connect_to(int lis)
+{
+	struct sockaddr_in a;
+	socklen_t al = sizeof(a);
+	cr_assert_eq(getsockname(lis, (struct sockaddr *)&a, &al), 0);
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(c, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s", strerror(errno));
+	return c;
+}
+
+/*
+ * The kernel never has two connections with one pair of addresses: a
+ * client's port stays taken while the server still holds the connection
+ * the client closed, and comes back once both sides are done.
+ */
+Test(start, a_client_port_is_not_reused_while_the_server_holds_it, .timeout = 30)
+{
+	env_udp();
+	int cli, srv, lis;
+	stream_pair(&cli, &srv, &lis);
+	uint16_t first = local_port(cli);
+	close(cli);
+	char b;
+	cr_assert_eq(read(srv, &b, 1), 0, "the client's FIN");
+	usleep(50000); /* our FIN acknowledged: the client's stream is done */
+	int cli2 = connect_to(lis);
+	int srv2 = accept(lis, NULL, NULL);
+	cr_assert_geq(srv2, 0);
+	cr_assert_neq(local_port(cli2), first, "the port of a connection the server still holds");
+	cr_assert_neq(peer_port(srv2), peer_port(srv), "two accepted sockets, one peer address");
+	close(srv); /* both sides done now: the port may serve again */
+	usleep(50000);
+	int cli3 = connect_to(lis);
+	cr_assert_eq(local_port(cli3), first, "pooled again once both sides ended");
+	close(cli3);
+	close(cli2);
+	close(srv2);
+	close(lis);
+}
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	cr_assert_not_null(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1; /* d's own */
+}
+
+/* The application's descriptor numbers are the kernel's: ferry's hidden
+ * ones take neither much of the limit nor the lowest free numbers. */
+Test(start, closed_sockets_keep_few_descriptors, .timeout = 30)
+{
+	env_udp();
+	struct rlimit rl, low;
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	low = rl;
+	low.rlim_cur = 256;
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	int w = socket(AF_INET, SOCK_STREAM, 0); /* starts ferry */
+	cr_assert_geq(w, 0);
+	close(w);
+	int base = count_fds();
+	enum { N = 50 };
+	int s[N];
+	for (int i = 0; i < N; i++) {
+		s[i] = socket(AF_INET, SOCK_STREAM, 0);
+		cr_assert_geq(s[i], 0);
+	}
+	for (int i = 0; i < N; i++)
+		close(s[i]);
+	cr_assert_leq(count_fds() - base, 256 / 16, "%d descriptors kept after %d sockets closed",
+		      count_fds() - base, N);
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+Test(start, a_socket_after_close_0_is_0, .timeout = 30)
+{
+	env_udp();
+	int w = socket(AF_INET, SOCK_STREAM, 0); /* starts ferry */
+	cr_assert_geq(w, 0);
+	close(w);
+	int t[3]; /* the pool's empty: the next socket is a new one */
+	for (int i = 0; i < 3; i++)
+		t[i] = socket(AF_INET, SOCK_STREAM, 0);
+	int saved = dup(0);
+	cr_assert_geq(saved, 0);
+	close(0);
+	int u = socket(AF_INET, SOCK_STREAM, 0);
+	int v = socket(AF_INET, SOCK_STREAM, 0);
+	int plain = open("/dev/null", O_RDONLY);
+	close(plain);
+	close(v);
+	if (u != 0)
+		close(u);
+	dup2(saved, 0);
+	close(saved);
+	for (int i = 0; i < 3; i++)
+		close(t[i]);
+	cr_assert_eq(u, 0, "socket() after close(0): the lowest free number");
+	cr_assert_eq(plain, v + 1, "open(): the next free number after the sockets");
+}
+
+/*
+ * A fork child copies the placeholder a closing client stream holds for
+ * its port: the parent never uses that kernel socket again, and the child
+ * closes its copy.
+ */
+Test(start, a_closing_streams_placeholder_is_not_reused_after_fork, .timeout = 30)
+{
+	env_udp();
+	int cli, srv, lis;
+	stream_pair(&cli, &srv, &lis);
+	ino_t old = sock_ino(cli);
+	close(cli); /* the server still holds its end: the placeholder waits */
+	char b;
+	cr_assert_eq(read(srv, &b, 1), 0);
+	usleep(20000);
+	int gate[2];
+	cr_assert_eq(pipe(gate), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(gate[1]);
+		int held = 0;
+		DIR *d = opendir("/proc/self/fd");
+		for (struct dirent *e; d && (e = readdir(d));) {
+			struct stat st;
+			int fd = atoi(e->d_name);
+			held += e->d_name[0] != '.' && fstat(fd, &st) == 0 && st.st_ino == old;
+		}
+		if (d)
+			closedir(d);
+		char c;
+		ssize_t r = read(gate[0], &c, 1); /* holds what it has until told */
+		_exit(held ? 2 : r < 0);
+	}
+	close(gate[0]);
+	close(srv); /* both sides done: the placeholder is free */
+	usleep(50000);
+	for (int i = 0; i < 4; i++) {
+		int c = connect_to(lis);
+		ino_t ino = sock_ino(c);
+		int a = accept(lis, NULL, NULL);
+		cr_assert_neq(ino, old, "connection %d is the socket the child holds", i);
+		close(c);
+		close(a);
+	}
+	close(gate[1]);
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the child kept a copy of the placeholder (status %d)", status);
 	close(lis);
 }
 

@@ -370,8 +370,11 @@ FERRY_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 FERRY_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	struct ffile *f = io_file(fd);
-	if (!f)
+	if (!f) {
+		if (msg && msg->msg_controllen && !ferry_internal())
+			sock_passed(msg);
 		return libc()->sendmsg(fd, msg, flags);
+	}
 	if (msg->msg_iovlen > IOV_MAX) {
 		ffile_put(&fdtab, f);
 		errno = EMSGSIZE;
@@ -405,8 +408,12 @@ FERRY_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned n, int flags,
 FERRY_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned n, int flags)
 {
 	struct ffile *f = io_file(fd);
-	if (!f)
+	if (!f) {
+		for (unsigned i = 0; vec && i < n && !ferry_internal(); i++)
+			if (vec[i].msg_hdr.msg_controllen)
+				sock_passed(&vec[i].msg_hdr);
 		return libc()->sendmmsg(fd, vec, n, flags);
+	}
 	ffile_put(&fdtab, f);
 	unsigned i = 0;
 	for (; i < n; i++) {

@@ -104,6 +104,10 @@ static void libc_resolve_once(void)
 	RESOLVE(dup3);
 	RESOLVE(fork);
 	RESOLVE(daemon);
+	RESOLVE(posix_spawn);
+	RESOLVE(posix_spawnp);
+	RESOLVE(system);
+	RESOLVE(popen);
 	libc_resolving = 0;
 	__atomic_store_n(&libc_ready, 1, __ATOMIC_RELEASE);
 }

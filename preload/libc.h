@@ -8,6 +8,8 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -64,6 +66,12 @@ struct libc_fns {
 	int (*dup3)(int, int, int);
 	pid_t (*fork)(void);
 	int (*daemon)(int, int);
+	int (*posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			   const posix_spawnattr_t *, char *const[], char *const[]);
+	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			    const posix_spawnattr_t *, char *const[], char *const[]);
+	int (*system)(const char *);
+	FILE *(*popen)(const char *, const char *);
 };
 
 extern struct libc_fns libc_real;

@@ -83,6 +83,14 @@ void sock_fallback_async(struct ffile *f);
  * now on, with the file flags ferry kept brought in step. */
 void sock_kernel_own(struct ffile *f, int fd);
 
+/* Another process may hold the kernel sockets behind every live ferry
+ * socket from now on (a child started by posix_spawn, system, popen): none
+ * of them serves a later socket. */
+void sock_share_all(void);
+/* msg passes descriptors (SCM_RIGHTS): the ferry sockets among them are
+ * another process's too from now on. */
+void sock_passed(const struct msghdr *msg);
+
 /* Raises SIGPIPE for an EPIPE, as the kernel does, unless suppressed. */
 void sock_sigpipe(int flags);
 

@@ -287,6 +287,45 @@ void sock_kernel_own(struct ffile *f, int fd)
 		libc()->fcntl(fd, F_SETFL, st);
 }
 
+/* Called with the table's lock held (fdtable_each): f's numbers are stable. */
+static void sock_share_one(struct ffile *f, void *arg)
+{
+	(void)arg;
+	if (f->kind == FFILE_SOCK && f->nfds)
+		sock_kernel_own(f, f->fds[0]);
+}
+
+void sock_share_all(void)
+{
+	if (ferry_state() == FERRY_ON)
+		fdtable_each(&fdtab, sock_share_one, NULL);
+}
+
+void sock_passed(const struct msghdr *msg)
+{
+	if (!msg || !msg->msg_control || msg->msg_controllen < sizeof(struct cmsghdr))
+		return;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR((struct msghdr *)msg); cm;
+	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+		    cm->cmsg_len < CMSG_LEN(0))
+			continue;
+		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		const unsigned char *data = CMSG_DATA(cm);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+			memcpy(&fd, data + i * sizeof(int), sizeof(fd));
+			if (!fdtable_maybe(&fdtab, fd))
+				continue;
+			struct ffile *f = sock_get(fd);
+			if (f) {
+				sock_kernel_own(f, fd);
+				ffile_put(&fdtab, f);
+			}
+		}
+	}
+}
+
 /* The socket becomes the kernel's for good: registrations move to kernel
  * epolls, the numbers leave the table, waiters look again. The caller
  * holds a reference to f. */
@@ -993,8 +1032,12 @@ FERRY_EXPORT int close(int fd)
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->close(fd);
 	/* Out of the table first: once the kernel frees the number another
-	 * thread may get it for something else. */
+	 * thread may get it for something else. Under ph_lock, so a connect
+	 * swapping this number onto another placeholder (sock_local) either
+	 * finishes first or sees the number gone. */
+	pthread_mutex_lock(&ph_lock);
 	struct ffile *f = fdtable_remove(&fdtab, fd);
+	pthread_mutex_unlock(&ph_lock);
 	int rc = libc()->close(fd);
 	int saved = errno;
 	if (f)
@@ -1020,7 +1063,9 @@ FERRY_EXPORT int close_range(unsigned first, unsigned last, int flags)
 	for (size_t fd = first; fd < end; fd++) {
 		if (!fdtable_maybe(&fdtab, (int)fd))
 			continue;
+		pthread_mutex_lock(&ph_lock); /* as in close() */
 		struct ffile *f = fdtable_remove(&fdtab, (int)fd);
+		pthread_mutex_unlock(&ph_lock);
 		if (!f)
 			continue;
 		if (n == 64) {
@@ -1308,14 +1353,55 @@ kernel:
 	return libc()->ioctl(fd, req, arg);
 }
 
-/* fd now names f too (dup): the table follows the kernel. */
-static void dup_follow(struct ffile *f, int newfd)
+enum dup_kind { DUP_DUP, DUP_DUP2, DUP_DUP3, DUP_FCNTL };
+struct dup_call {
+	enum dup_kind kind;
+	int oldfd, newfd, flags; /* newfd and flags: dup2, dup3 */
+	int cmd;                 /* DUP_FCNTL: F_DUPFD or F_DUPFD_CLOEXEC, arg in flags */
+};
+
+static int dup_kernel(const struct dup_call *d)
 {
-	struct ffile *stale = fdtable_remove(&fdtab, newfd);
+	const struct libc_fns *c = libc();
+	switch (d->kind) {
+	case DUP_DUP:
+		return c->dup(d->oldfd);
+	case DUP_DUP2:
+		return c->dup2(d->oldfd, d->newfd);
+	case DUP_DUP3:
+		return c->dup3(d->oldfd, d->newfd, d->flags);
+	case DUP_FCNTL:
+		break;
+	}
+	return c->fcntl(d->oldfd, d->cmd, (long)d->flags);
+}
+
+/*
+ * A duplication, with the table following the kernel (the new number names
+ * f, or nothing of ferry's when f is NULL). Under ph_lock, so sock_local
+ * never swaps a socket's only number onto another placeholder while a
+ * second number to the old one appears.
+ */
+static int dup_guarded(struct ffile *f, const struct dup_call *d)
+{
+	pthread_mutex_lock(&ph_lock);
+	int rc = dup_kernel(d);
+	int saved = errno;
+	int newfd = d->kind == DUP_DUP2 || d->kind == DUP_DUP3 ? d->newfd : rc;
+	struct ffile *stale = NULL;
+	if (rc >= 0 && newfd != d->oldfd) {
+		stale = fdtable_remove(&fdtab, newfd);
+		if (f && fdtable_install(&fdtab, newfd, f) != 0)
+			log_warn("fd %d is past the fd table; the duplicate is the kernel's", newfd);
+		/* The new number's FD_CLOEXEC is not the first one's. */
+		if (f && f->kind == FFILE_SOCK)
+			((struct fsock *)f->priv)->cloexec_unknown = true;
+	}
+	pthread_mutex_unlock(&ph_lock);
 	if (stale)
 		ffile_put(&fdtab, stale);
-	if (f && fdtable_install(&fdtab, newfd, f) != 0)
-		log_warn("fd %d is past the fd table; the duplicate is the kernel's", newfd);
+	errno = saved;
+	return rc;
 }
 
 static int fcntl_impl(int fd, int cmd, long arg)
@@ -1330,9 +1416,8 @@ static int fcntl_impl(int fd, int cmd, long arg)
 	switch (cmd) {
 	case F_DUPFD:
 	case F_DUPFD_CLOEXEC:
-		rc = c->fcntl(fd, cmd, arg);
-		if (rc >= 0)
-			dup_follow(f, rc);
+		rc = dup_guarded(f, &(struct dup_call){.kind = DUP_FCNTL, .oldfd = fd, .cmd = cmd,
+							.flags = (int)arg});
 		break;
 	case F_GETFL:
 		/* A socket's status is O_RDWR plus what F_SETFL set: kept here,
@@ -1409,12 +1494,11 @@ FERRY_EXPORT int dup(int fd)
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return c->dup(fd);
 	struct ffile *f = fdtable_get(&fdtab, fd);
-	int nfd = c->dup(fd);
+	if (!f)
+		return c->dup(fd);
+	int nfd = dup_guarded(f, &(struct dup_call){.kind = DUP_DUP, .oldfd = fd});
 	int saved = errno;
-	if (nfd >= 0 && f)
-		dup_follow(f, nfd);
-	if (f)
-		ffile_put(&fdtab, f);
+	ffile_put(&fdtab, f);
 	errno = saved;
 	return nfd;
 }
@@ -1425,10 +1509,9 @@ static int dup3_impl(int oldfd, int newfd, int flags, bool is_dup2)
 	if ((!fdtable_maybe(&fdtab, oldfd) && !fdtable_maybe(&fdtab, newfd)) || ferry_internal())
 		return is_dup2 ? c->dup2(oldfd, newfd) : c->dup3(oldfd, newfd, flags);
 	struct ffile *f = fdtable_get(&fdtab, oldfd);
-	int rc = is_dup2 ? c->dup2(oldfd, newfd) : c->dup3(oldfd, newfd, flags);
+	int rc = dup_guarded(f, &(struct dup_call){.kind = is_dup2 ? DUP_DUP2 : DUP_DUP3,
+						   .oldfd = oldfd, .newfd = newfd, .flags = flags});
 	int saved = errno;
-	if (rc >= 0 && oldfd != newfd)
-		dup_follow(f, newfd);
 	if (f)
 		ffile_put(&fdtab, f);
 	errno = saved;

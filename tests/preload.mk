@@ -58,3 +58,8 @@ tests_test_preload_phpool_SOURCES = tests/test_preload_phpool.c preload/phpool.c
 	preload/libc.c preload/libc.h
 tests_test_preload_phpool_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_phpool_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/test_preload_sharing
+TESTS += tests/test_preload_sharing
+tests_test_preload_sharing_SOURCES = tests/test_preload_sharing.c $(PRELOAD_TEST_SOURCES)
+tests_test_preload_sharing_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_sharing_LDADD = $(TEST_LDADD)

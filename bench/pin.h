@@ -3,8 +3,9 @@
  * two-core machine the scheduler otherwise sometimes puts both spinning
  * processes on one core, and they take turns instead of running side by
  * side (figures then swing several-fold). Every baseline pins the same
- * way, so ratios compare like with like. FERRY_BENCH_PIN=0 leaves the
- * placement to the scheduler.
+ * way, so ratios compare like with like. BENCH_PIN=0 leaves the
+ * placement to the scheduler (not a FERRY_ name: ferry refuses those it
+ * does not know).
  */
 #ifndef FERRY_BENCH_PIN_H
 #define FERRY_BENCH_PIN_H
@@ -17,7 +18,7 @@
  * client), when there are two or more; returns whether it did. */
 static inline int bench_pin(int nth)
 {
-	const char *env = getenv("FERRY_BENCH_PIN");
+	const char *env = getenv("BENCH_PIN");
 	if (env && strcmp(env, "0") == 0)
 		return 0;
 	cpu_set_t allowed;

@@ -22,7 +22,7 @@ check-transport:
 .PHONY: check-transport
 # preload/ unit tests (criterion): the interposer's sources compiled in, so
 # the test binary interposes itself; files are driven by hand (FFILE_TEST).
-PRELOAD_TEST_SOURCES = $(libferry_la_SOURCES) tests/preload_test_util.h
+PRELOAD_TEST_SOURCES = $(libferry_la_SOURCES) tests/preload_test_util.h tests/preload_proc_util.h
 check_PROGRAMS += tests/test_preload_fdtable
 TESTS += tests/test_preload_fdtable
 tests_test_preload_fdtable_SOURCES = tests/test_preload_fdtable.c $(PRELOAD_TEST_SOURCES)

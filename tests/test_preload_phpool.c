@@ -89,13 +89,20 @@ Test(phpool, bound_sockets_are_kept_per_address)
 		     -EAFNOSUPPORT, "a v6 socket binds v6 (mapped) addresses only");
 }
 
-Test(phpool, short_descriptors_empty_the_pools)
+/* Lowers the soft RLIMIT_NOFILE to n; returns the limits to restore. */
+static struct rlimit files_limit_to(rlim_t n)
 {
 	struct rlimit rl, low;
 	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
 	low = rl;
-	low.rlim_cur = 256;
+	low.rlim_cur = n;
 	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	return rl;
+}
+
+Test(phpool, short_descriptors_empty_the_pools)
+{
+	struct rlimit rl = files_limit_to(256);
 	int h = phpool_take(AF_INET);
 	cr_assert_geq(h, 0);
 	phpool_give(AF_INET, h);
@@ -137,11 +144,7 @@ Test(phpool, bound_sockets_come_back_oldest_first)
 
 Test(phpool, hidden_descriptors_sit_at_half_the_limit_and_pools_keep_a_share)
 {
-	struct rlimit rl, low;
-	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	low = rl;
-	low.rlim_cur = 256;
-	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	struct rlimit rl = files_limit_to(256);
 	cr_assert_not(phpool_pressure(3));
 	enum { N = 20 };
 	int h[N];

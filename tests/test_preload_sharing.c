@@ -23,6 +23,7 @@
 
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
+#include "preload_proc_util.h"
 
 extern char **environ;
 
@@ -31,19 +32,6 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
 {
 	(void)set;
 	criterion_options.jobs = 1;
-}
-
-static void env_udp(void)
-{
-	setenv("FERRY_TRANSPORT", "udp", 1);
-	setenv("FERRY_LOG", "error", 1);
-}
-
-static ino_t sock_ino(int fd)
-{
-	struct stat st;
-	cr_assert_eq(fstat(fd, &st), 0);
-	return st.st_ino;
 }
 
 /* Sockets made and closed after the sharing: none may be the shared one. */
@@ -119,12 +107,8 @@ Test(sharing, a_socket_a_popen_child_inherits_is_never_reused, .timeout = 30)
 Test(sharing, a_duplicate_keeps_its_own_close_on_exec_through_connect, .timeout = 30)
 {
 	env_udp();
-	int lis = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	cr_assert_eq(bind(lis, (struct sockaddr *)&a, sizeof(a)), 0);
-	cr_assert_eq(listen(lis, 8), 0);
-	socklen_t al = sizeof(a);
-	cr_assert_eq(getsockname(lis, (struct sockaddr *)&a, &al), 0);
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
 	for (int cloexec = 0; cloexec < 2; cloexec++) {
 		int s = socket(AF_INET, SOCK_STREAM | (cloexec ? 0 : SOCK_CLOEXEC), 0);
 		/* The duplicate has the other flag; the first number goes. */

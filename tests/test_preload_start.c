@@ -27,6 +27,7 @@
 
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
+#include "preload_proc_util.h"
 
 /* One test at a time: with two workers in parallel, criterion's runner
  * itself leaks 48 bytes (LeakSanitizer, inside libcriterion), which fails
@@ -48,22 +49,11 @@ static int count_threads(void)
 	return n;
 }
 
-static void env_udp(void)
-{
-	setenv("FERRY_TRANSPORT", "udp", 1);
-	setenv("FERRY_LOG", "error", 1);
-}
-
 /* A listener on loopback and a connected, accepted pair. */
 static void stream_pair(int *cli, int *srv, int *lis)
 {
-	*lis = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert_geq(*lis, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	cr_assert_eq(bind(*lis, (struct sockaddr *)&a, sizeof(a)), 0);
-	cr_assert_eq(listen(*lis, 8), 0);
-	socklen_t al = sizeof(a);
-	cr_assert_eq(getsockname(*lis, (struct sockaddr *)&a, &al), 0);
+	struct sockaddr_in a;
+	*lis = loopback_listener(&a);
 	*cli = socket(AF_INET, SOCK_STREAM, 0);
 	cr_assert_eq(connect(*cli, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s",
 		     strerror(errno));
@@ -255,13 +245,6 @@ Test(start, a_fork_child_gets_errors_and_the_parent_keeps_its_stream, .timeout =
 	close(cli);
 	close(srv);
 	close(lis);
-}
-
-static ino_t sock_ino(int fd)
-{
-	struct stat st;
-	cr_assert_eq(fstat(fd, &st), 0);
-	return st.st_ino;
 }
 
 /*

@@ -180,7 +180,7 @@ void rpc_session_reset(struct rpc *rpc, int num, int err)
 	if (was_up && rpc->session_fn)
 		rpc->session_fn(rpc, num, err == -ENOTCONN ? RPC_SESSION_CLOSED : RPC_SESSION_RESET,
 				err, rpc->session_ctx);
-	if (s->refs > 1 && !s->zombie) {
+	if (s->refs > 1) {
 		/* A handler still holds one of its requests: kept until it
 		 * responds, or until rpc_destroy. */
 		s->zombie = true;

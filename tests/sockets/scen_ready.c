@@ -473,35 +473,36 @@ static void signals_client(struct peer *p)
 
 /* ---- kernel_fd_wakes: a pipe turning readable wakes poll/select/epoll_wait ------ */
 
-static void kwake_server(struct peer *p)
+/* The peer side: lets each wait begin, then wakes it through the pipe. */
+static void kwake_kick(struct peer *p, int rounds)
 {
-	int fd = tcp_accept(p, p->lfd);
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < rounds; i++) {
 		sync_wait(p);
-		sleep_ms(200); /* the client is blocked by now (very likely) */
+		sleep_ms(200); /* the waiter is blocked by now (very likely) */
 		sync_send(p);
 	}
 	sync_wait(p);
-	close(fd);
 }
 
-static void kwake_client(struct peer *p)
+/* Waits on the sync pipe only (the stream makes this a ferry process):
+ * poll, select when asked, then epoll, each woken by kwake_kick. */
+static void kwake_wait(struct peer *p, bool with_select)
 {
-	/* The stream makes this a ferry process; the waits are on a pipe only. */
-	int fd = tcp_connect(p, p->port);
 	char c;
 	struct pollfd pfd = {.fd = p->sync_in, .events = POLLIN};
 	sync_send(p);
 	expect_rc(p, "poll_pipe", poll(&pfd, 1, 10000), 1, 0);
 	expect_rc(p, "poll_pipe_read", read(p->sync_in, &c, 1), 1, 0);
 	sync_send(p);
-	fd_set rd;
-	FD_ZERO(&rd);
-	FD_SET(p->sync_in, &rd);
-	struct timeval tv = {.tv_sec = 10};
-	expect_rc(p, "select_pipe", select(p->sync_in + 1, &rd, NULL, NULL, &tv), 1, 0);
-	expect_rc(p, "select_pipe_read", read(p->sync_in, &c, 1), 1, 0);
-	sync_send(p);
+	if (with_select) {
+		fd_set rd;
+		FD_ZERO(&rd);
+		FD_SET(p->sync_in, &rd);
+		struct timeval tv = {.tv_sec = 10};
+		expect_rc(p, "select_pipe", select(p->sync_in + 1, &rd, NULL, NULL, &tv), 1, 0);
+		expect_rc(p, "select_pipe_read", read(p->sync_in, &c, 1), 1, 0);
+		sync_send(p);
+	}
 	int ep = epoll_create1(0);
 	ep_add(ep, p->sync_in, EPOLLIN, 1);
 	struct epoll_event ev;
@@ -509,6 +510,19 @@ static void kwake_client(struct peer *p)
 	expect_rc(p, "epoll_pipe_read", read(p->sync_in, &c, 1), 1, 0);
 	sync_send(p);
 	close(ep);
+}
+
+static void kwake_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	kwake_kick(p, 3);
+	close(fd);
+}
+
+static void kwake_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	kwake_wait(p, true);
 	close(fd);
 }
 
@@ -516,31 +530,14 @@ static void kwake_client(struct peer *p)
 static void kwake_server_waits(struct peer *p)
 {
 	int fd = tcp_accept(p, p->lfd);
-	char c;
-	struct pollfd pfd = {.fd = p->sync_in, .events = POLLIN};
-	sync_send(p);
-	expect_rc(p, "poll_pipe", poll(&pfd, 1, 10000), 1, 0);
-	expect_rc(p, "poll_pipe_read", read(p->sync_in, &c, 1), 1, 0);
-	sync_send(p);
-	int ep = epoll_create1(0);
-	ep_add(ep, p->sync_in, EPOLLIN, 1);
-	struct epoll_event ev;
-	expect_rc(p, "epoll_pipe", ep_wait(ep, &ev, 1, 10000), 1, 0);
-	expect_rc(p, "epoll_pipe_read", read(p->sync_in, &c, 1), 1, 0);
-	sync_send(p);
-	close(ep);
+	kwake_wait(p, false);
 	close(fd);
 }
 
 static void kwake_client_kicks(struct peer *p)
 {
 	int fd = tcp_connect(p, p->port);
-	for (int i = 0; i < 2; i++) {
-		sync_wait(p);
-		sleep_ms(200);
-		sync_send(p);
-	}
-	sync_wait(p);
+	kwake_kick(p, 2);
 	close(fd);
 }
 

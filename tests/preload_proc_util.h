@@ -1,0 +1,42 @@
+/* Helpers for tests that run the interposer in their own process (their
+ * socket calls are ferry's): the udp datapath, a loopback listener, and a
+ * socket's kernel identity. */
+#ifndef FERRY_TEST_PRELOAD_PROC_UTIL_H
+#define FERRY_TEST_PRELOAD_PROC_UTIL_H
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+static inline void env_udp(void)
+{
+	setenv("FERRY_TRANSPORT", "udp", 1);
+	setenv("FERRY_LOG", "error", 1);
+}
+
+/* A listener on 127.0.0.1 and a port of the kernel's choice, in *a. */
+static inline int loopback_listener(struct sockaddr_in *a)
+{
+	int lis = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_geq(lis, 0);
+	*a = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	cr_assert_eq(bind(lis, (struct sockaddr *)a, sizeof(*a)), 0, "bind: %s", strerror(errno));
+	cr_assert_eq(listen(lis, 8), 0);
+	socklen_t al = sizeof(*a);
+	cr_assert_eq(getsockname(lis, (struct sockaddr *)a, &al), 0);
+	return lis;
+}
+
+/* Which kernel socket fd is (the same for every number of one socket). */
+static inline ino_t sock_ino(int fd)
+{
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	return st.st_ino;
+}
+
+#endif

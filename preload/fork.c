@@ -23,16 +23,6 @@
 #include "preload/wait.h"
 #include "transport/rpc.h"
 
-/* In the parent: a socket live at the fork is the child's too (through its
- * copy of the number), so its placeholder never serves another socket here. */
-static void fork_share_file(struct ffile *f, void *arg)
-{
-	(void)arg;
-	struct fsock *sk = f->priv;
-	if (f->kind == FFILE_SOCK && sk)
-		__atomic_store_n(&sk->ph_dirty, true, __ATOMIC_RELEASE);
-}
-
 static void fork_kill_file(struct ffile *f, void *arg)
 {
 	(void)arg;
@@ -66,7 +56,7 @@ FERRY_EXPORT pid_t fork(void)
 	if (pid != 0) {
 		phpool_fork_parent();
 		if (pid > 0)
-			fdtable_each(&fdtab, fork_share_file, NULL);
+			sock_share_all(); /* the child holds copies of their numbers */
 		ferry_unlock();
 		return pid;
 	}

@@ -238,6 +238,15 @@ static bool sock_pooled_clean(const struct fsock *sk)
 	       !__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE);
 }
 
+/* A pooled socket's kernel flags are a fresh socket's: ferry kept the
+ * application's (F_SETFL, FIONBIO, SOCK_NONBLOCK) until the kernel owns it. */
+static void sock_push_status(struct ffile *f, int fd)
+{
+	int st = __atomic_load_n(&f->status, __ATOMIC_RELAXED) & ~O_ACCMODE;
+	if (st)
+		libc()->fcntl(fd, F_SETFL, st);
+}
+
 /* Guards ph_fd of installed sockets against sock_reclaim. */
 static pthread_mutex_t ph_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -252,9 +261,8 @@ static void sock_reclaim_one(struct ffile *f, void *arg)
 	/* From here F_SETFL goes to the kernel itself; what it kept until now
 	 * goes there first (the fence pairs with fcntl's). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	int st = __atomic_load_n(&f->status, __ATOMIC_RELAXED) & ~O_ACCMODE;
-	if (!__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) && st && f->nfds)
-		libc()->fcntl(f->fds[0], F_SETFL, st);
+	if (!__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) && f->nfds)
+		sock_push_status(f, f->fds[0]);
 	libc()->close(h);
 }
 
@@ -280,11 +288,7 @@ void sock_kernel_own(struct ffile *f, int fd)
 	    __atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) ||
 	    __atomic_exchange_n(&sk->ph_dirty, true, __ATOMIC_ACQ_REL))
 		return;
-	/* A pooled socket's kernel flags are a fresh socket's: ferry kept the
-	 * application's (F_SETFL, FIONBIO, SOCK_NONBLOCK) until now. */
-	int st = __atomic_load_n(&f->status, __ATOMIC_RELAXED) & ~O_ACCMODE;
-	if (st)
-		libc()->fcntl(fd, F_SETFL, st);
+	sock_push_status(f, fd);
 }
 
 /* Called with the table's lock held (fdtable_each): f's numbers are stable. */
@@ -467,29 +471,39 @@ static int sock_local(struct ffile *f, int fd, const struct sockaddr *dst,
 {
 	struct fsock *sk = f->priv;
 	const struct libc_fns *c = libc();
-	int only;
 	bool swapped = false;
-	pthread_mutex_lock(&ph_lock);
+	/* A first look; what counts is looked at again under the locks. */
 	if (!sk->bound && sk->ph_fd >= 0 && !sk->ph_bound && !sk->cloexec_unknown &&
-	    !__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) &&
-	    ffile_fds(&fdtab, f, &only, 1) == 1 && only == fd) {
+	    !__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE)) {
 		struct sockaddr_storage src;
 		socklen_t slen;
 		int h = sock_source(sk, dst, &src, &slen);
 		if (h == 0)
 			h = phpool_take_bound(sk->domain, (struct sockaddr *)&src, slen, local, llen);
 		if (h >= 0) {
-			if (c->dup3(h, fd, sk->cloexec ? O_CLOEXEC : 0) == fd) {
-				phpool_give(sk->domain, sk->ph_fd);
+			/* dup* hold ph_lock across their kernel call and the table's
+			 * update, and close takes the number out of the table under
+			 * its lock: each comes wholly before the swap (and the number
+			 * is not the only one any more) or after it. */
+			int blank = -1;
+			pthread_mutex_lock(&ph_lock);
+			pthread_mutex_lock(&fdtab.lock);
+			if (sk->ph_fd >= 0 && !sk->cloexec_unknown &&
+			    !__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) && f->nfds == 1 &&
+			    f->fds[0] == fd && c->dup3(h, fd, sk->cloexec ? O_CLOEXEC : 0) == fd) {
+				blank = sk->ph_fd;
 				sk->ph_fd = h;
 				sk->ph_bound = true;
 				swapped = true;
-			} else {
-				phpool_give_bound(h, local, *llen);
 			}
+			pthread_mutex_unlock(&fdtab.lock);
+			pthread_mutex_unlock(&ph_lock);
+			if (swapped)
+				phpool_give(sk->domain, blank);
+			else
+				phpool_give_bound(h, local, *llen);
 		}
 	}
-	pthread_mutex_unlock(&ph_lock);
 	if (swapped)
 		return 0;
 	sock_kernel_own(f, fd);
@@ -801,28 +815,57 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 	return 0;
 }
 
+/* The number becomes its socket's own: the pooled placeholder behind it
+ * (*h) goes, and the kernel gets the flags type asked for. */
+static void sock_number_own(int fd, int *h, int type)
+{
+	if (*h < 0)
+		return;
+	libc()->close(*h);
+	*h = -1;
+	if (type & SOCK_NONBLOCK)
+		libc()->fcntl(fd, F_SETFL, O_NONBLOCK);
+}
+
+/*
+ * A number for a new ferry socket (socket(), an accepted stream): a
+ * duplicate of a blank pooled socket, whose hidden descriptor goes in *h --
+ * the application's own socket in every way the kernel shows until it keeps
+ * state of it (sock_kernel_own), and no socket() or close() per connection --
+ * or, the pool empty or descriptors short, a socket of its own (*h = -1).
+ * Returns the number, or -1 with errno.
+ */
+static int sock_new_number(int domain, int type, int protocol, int *h)
+{
+	const struct libc_fns *c = libc();
+	*h = phpool_take(domain);
+	int fd = *h < 0 ? -1 : c->fcntl(*h, (type & SOCK_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
+	if (fd < 0) {
+		if (*h >= 0) {
+			bool short_fds = errno == EMFILE;
+			phpool_give(domain, *h);
+			if (short_fds)
+				sock_reclaim();
+		}
+		*h = -1;
+		fd = c->socket(domain, type, protocol);
+		if (fd < 0)
+			return -1;
+	}
+	if (phpool_pressure(fd)) {
+		sock_reclaim();
+		sock_number_own(fd, h, type);
+	}
+	return fd;
+}
+
 static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *addr,
 			 socklen_t *alen, int flags)
 {
 	const struct libc_fns *c = libc();
-	int h = phpool_take(lsk->domain);
-	int nfd = h < 0 ? -1 : c->fcntl(h, (flags & SOCK_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
-	if (nfd < 0) {
-		if (h >= 0) {
-			bool short_fds = errno == EMFILE;
-			phpool_give(lsk->domain, h);
-			if (short_fds)
-				sock_reclaim();
-		}
-		h = -1;
-		nfd = c->socket(lsk->domain, SOCK_STREAM | (flags & (SOCK_CLOEXEC | SOCK_NONBLOCK)), 0);
-	}
-	if (nfd >= 0 && phpool_pressure(nfd)) {
-		sock_reclaim();
-		if (h >= 0)
-			c->close(h); /* the number's own socket from the start */
-		h = -1;
-	}
+	int h;
+	int nfd = sock_new_number(lsk->domain, SOCK_STREAM | (flags & (SOCK_CLOEXEC | SOCK_NONBLOCK)),
+				  0, &h);
 	int rc = nfd < 0 ? -errno : sock_adopt(nfd, lsk->domain, flags, h);
 	struct ffile *nf = rc == 0 ? fdtable_get(&fdtab, nfd) : NULL;
 	if (!nf) {
@@ -885,41 +928,15 @@ FERRY_EXPORT int socket(int domain, int type, int protocol)
 	const struct libc_fns *c = libc();
 	if (!sock_eligible(domain, type, protocol) || ferry_internal() || !ferry_up())
 		return c->socket(domain, type, protocol);
-	/* A duplicate of a blank pooled socket: the application's own socket in
-	 * every way the kernel shows, until it keeps state of it (see
-	 * sock_kernel_own), and no socket() or close() per connection. */
 	bool plain_flags = (type & ~(0xf | SOCK_CLOEXEC | SOCK_NONBLOCK)) == 0;
-	int h = plain_flags ? phpool_take(domain) : -1; /* else the kernel's EINVAL */
-	int fd = h < 0 ? -1 : c->fcntl(h, (type & SOCK_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
-	if (fd < 0) {
-		if (h >= 0) {
-			bool short_fds = errno == EMFILE;
-			phpool_give(domain, h);
-			if (short_fds)
-				sock_reclaim();
-		}
-		h = -1;
-		fd = c->socket(domain, type, protocol);
-		if (fd < 0)
-			return fd;
-	}
-	if (phpool_pressure(fd)) {
-		sock_reclaim();
-		if (h >= 0) {
-			c->close(h); /* the number's own socket from the start */
-			h = -1;
-			if (type & SOCK_NONBLOCK)
-				c->fcntl(fd, F_SETFL, O_NONBLOCK);
-		}
-	}
+	int h = -1;
+	int fd = plain_flags ? sock_new_number(domain, type, protocol, &h)
+			     : c->socket(domain, type, protocol); /* the kernel's EINVAL */
+	if (fd < 0)
+		return fd;
 	if (sock_adopt(fd, domain, type, h) != 0) {
 		stats_inc(ferry_stats()->fallback_unsupported);
-		if (h >= 0) {
-			/* The number is a plain kernel socket now: its own. */
-			c->close(h);
-			if (type & SOCK_NONBLOCK)
-				c->fcntl(fd, F_SETFL, O_NONBLOCK);
-		}
+		sock_number_own(fd, &h, type); /* a plain kernel socket now */
 	}
 	return fd;
 }
@@ -1032,12 +1049,9 @@ FERRY_EXPORT int close(int fd)
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return libc()->close(fd);
 	/* Out of the table first: once the kernel frees the number another
-	 * thread may get it for something else. Under ph_lock, so a connect
-	 * swapping this number onto another placeholder (sock_local) either
-	 * finishes first or sees the number gone. */
-	pthread_mutex_lock(&ph_lock);
+	 * thread may get it for something else (and a connect swapping this
+	 * number onto another placeholder, sock_local, sees it gone). */
 	struct ffile *f = fdtable_remove(&fdtab, fd);
-	pthread_mutex_unlock(&ph_lock);
 	int rc = libc()->close(fd);
 	int saved = errno;
 	if (f)
@@ -1063,9 +1077,7 @@ FERRY_EXPORT int close_range(unsigned first, unsigned last, int flags)
 	for (size_t fd = first; fd < end; fd++) {
 		if (!fdtable_maybe(&fdtab, (int)fd))
 			continue;
-		pthread_mutex_lock(&ph_lock); /* as in close() */
 		struct ffile *f = fdtable_remove(&fdtab, (int)fd);
-		pthread_mutex_unlock(&ph_lock);
 		if (!f)
 			continue;
 		if (n == 64) {

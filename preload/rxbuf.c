@@ -59,14 +59,9 @@ static int ring_reserve(struct rxbuf *rb, uint64_t end)
 		struct rxbuf old = *rb;
 		rb->ring = ring;
 		rb->size = size;
-		uint8_t tmp[4096];
-		for (uint64_t seq = old.head; seq < old.head + old.size;) {
-			size_t n = old.head + old.size - seq < sizeof(tmp) ? (size_t)(old.head + old.size - seq)
-									   : sizeof(tmp);
-			ring_copy_out(&old, seq, tmp, n);
-			ring_copy_in(rb, seq, tmp, n);
-			seq += n;
-		}
+		size_t off = (size_t)(old.head & (old.size - 1));
+		ring_copy_in(rb, old.head, old.ring + off, old.size - off);
+		ring_copy_in(rb, old.head + old.size - off, old.ring, off);
 		free(old.ring);
 	} else {
 		rb->ring = ring;

@@ -586,10 +586,10 @@ ssize_t stream_recv(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 	}
 	if (n > 0) {
 		if (!(flags & MSG_PEEK)) {
+			/* stream_send_ctl tells the peer rx.head (rx_advertised) */
 			if (!s->reset && s->state == STREAM_OPEN &&
-			    rxbuf_update_due(&s->rx, s->rx_advertised) &&
-			    stream_send_ctl(rpc, s, STREAM_REQ_WINDOW, s->rx.head, ctl_cont) == 0)
-				s->rx_advertised = s->rx.head;
+			    rxbuf_update_due(&s->rx, s->rx_advertised))
+				stream_send_ctl(rpc, s, STREAM_REQ_WINDOW, s->rx.head, ctl_cont);
 			if (s->file && rxbuf_avail(&s->rx) == 0)
 				ffile_notify(s->file, stream_mask(s), 0);
 		}
@@ -989,8 +989,6 @@ unsigned stream_release_held(struct rpc *rpc)
 		}
 		stream_put(s);
 	}
-	if (n)
-		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 	work_update();
 	return n;
 }

@@ -167,7 +167,7 @@ void wait_flush(void)
 
 void wait_spin_once(void)
 {
-	static __thread unsigned idle;
+	static __thread unsigned idle __attribute__((tls_model("initial-exec")));
 	if (wait_progress_run() != 0)
 		idle = 0;
 	else if (++idle % 16 == 0)

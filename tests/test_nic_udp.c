@@ -524,6 +524,22 @@ Test(nic_udp, any_datagram_arrives_as_a_packet)
 	cr_assert_eq(p.sb.drop_size, 1);
 	cr_assert_eq(p.sb.drops, 1);
 	nic_post_recvs(p.b, &rx.buf, 1);
+
+	/* Again after a quiet spell, when the nic takes one datagram at a
+	 * time: a lone oversized one is dropped and counted there too. */
+	cr_assert_eq(nic_rx_burst(p.b, &rx, 1), 0);
+	cr_assert_eq(sendto(s, big, sizeof(big), 0, (struct sockaddr *)&to, sizeof(to)),
+		     (ssize_t)sizeof(big));
+	struct pollfd pfd = {.fd = nic_notify_fd(p.b), .events = POLLIN};
+	cr_assert_eq(poll(&pfd, 1, 5000), 1);
+	cr_assert_eq(nic_rx_burst(p.b, &rx, 1), 0);
+	cr_assert_eq(p.sb.drop_size, 2);
+	cr_assert_eq(sendto(s, "yz", 2, 0, (struct sockaddr *)&to, sizeof(to)), 2);
+	cr_assert_eq(rx_wait(p.b, &rx, 1), 1);
+	cr_assert_eq(rx.len, 2);
+	cr_assert_eq(memcmp(rx.pkt, "yz", 2), 0);
+	cr_assert_eq(p.sb.drops, 2);
+	nic_post_recvs(p.b, &rx.buf, 1);
 	close(s);
 	pair_close(&p);
 }

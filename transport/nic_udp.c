@@ -1,4 +1,5 @@
-/* The kernel UDP nic: one non-blocking socket, batched with sendmmsg/recvmmsg. */
+/* The kernel UDP nic: one non-blocking socket, batched with sendmmsg/recvmmsg
+ * under load, single datagrams with sendmsg/recv when traffic is sparse. */
 #define _GNU_SOURCE /* sendmmsg, recvmmsg */
 #include "transport/nic_udp.h"
 
@@ -88,6 +89,10 @@ struct nic_udp {
 	struct iovec rx_iov[NIC_UDP_BATCH];
 	uint32_t rx_idx[NIC_UDP_BATCH]; /* each receive slot's buffer */
 	unsigned rx_filled;
+	/* The last receive found at most one datagram: the next one takes a
+	 * single datagram with recv, which costs the kernel less than
+	 * recvmmsg and skips recvmmsg's second, failing attempt. */
+	bool rx_sparse;
 	struct nic_rx pending[NIC_UDP_PENDING];
 	unsigned pending_head, pending_n;
 
@@ -217,7 +222,12 @@ static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts,
 	unsigned m = nic_udp_build(u, pkts, k);
 	unsigned done = 0, accepted = 0;
 	while (done < m) {
-		int r = sendmmsg(u->fd, u->tx_msgs + done, m - done, MSG_DONTWAIT);
+		int r;
+		/* One datagram: sendmsg spares sendmmsg's per-call overhead. */
+		if (m - done == 1)
+			r = sendmsg(u->fd, &u->tx_msgs[done].msg_hdr, MSG_DONTWAIT) >= 0 ? 1 : -1;
+		else
+			r = sendmmsg(u->fd, u->tx_msgs + done, m - done, MSG_DONTWAIT);
 		if (r > 0) {
 			for (int d = 0; d < r; d++)
 				accepted += u->tx_pkts[done++];
@@ -322,6 +332,19 @@ static bool rx_datagram(struct nic_udp *u, struct nic_rx *out, unsigned max, uns
 	return true;
 }
 
+/* Receives into slot 0 as recvmmsg would: 1, 0 (nothing queued) or -1. */
+static int nic_udp_recv_one(struct nic_udp *u)
+{
+	size_t cap = u->rx_iov[0].iov_len;
+	/* MSG_TRUNC makes recv return the datagram's full length. */
+	ssize_t len = recv(u->fd, u->rx_iov[0].iov_base, cap, MSG_DONTWAIT | MSG_TRUNC);
+	if (len < 0)
+		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+	u->rx_msgs[0].msg_len = (unsigned)((size_t)len < cap ? (size_t)len : cap);
+	u->rx_msgs[0].msg_hdr.msg_flags = (size_t)len > cap ? MSG_TRUNC : 0;
+	return 1;
+}
+
 static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned max)
 {
 	struct nic_udp *u = nic_udp_of(nic);
@@ -350,12 +373,16 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	unsigned k = u->rx_filled < want ? u->rx_filled : want;
 	if (k == 0)
 		return n;
-	int r = recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
+	int r = u->rx_sparse ? nic_udp_recv_one(u)
+			     : recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
 	if (r <= 0) {
 		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			ferry_log_once(FERRY_LOG_WARN, "udp: recvmmsg failed: %s", strerror(errno));
+			ferry_log_once(FERRY_LOG_WARN, "udp: receive failed: %s", strerror(errno));
+		u->rx_sparse = true;
 		return n;
 	}
+	/* A lone datagram after a quiet spell may be the first of a burst. */
+	u->rx_sparse = !u->rx_sparse && r == 1;
 	for (unsigned i = 0; i < (unsigned)r; i++) {
 		uint32_t b = u->rx_idx[i];
 		if (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
@@ -403,8 +430,9 @@ static int nic_udp_notify_fd(const struct nic *nic)
 /*
  * The socket is level-triggered: poll returns at once while a datagram is
  * queued, so the caller may sleep unless packets split out of a bundle are
- * still pending here; a MSG_PEEK would only cost a system call. (A caller that holds every receive buffer will see the
- * fd readable and rx_burst return 0 until it posts some back.)
+ * still pending here; a MSG_PEEK would only cost a system call. (A caller
+ * that holds every receive buffer will see the fd readable and rx_burst
+ * return 0 until it posts some back.)
  */
 static int nic_udp_arm_notify(struct nic *nic)
 {

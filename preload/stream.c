@@ -442,33 +442,51 @@ static size_t iov_copy_from(uint8_t *dst, const struct iovec *iov, int iovcnt, s
 	return done;
 }
 
-static void respond_ack(struct rpc *rpc, struct rpc_req *req, int status, struct stream *s);
+/* Answers the peer's DATA, WINDOW, FIN or RESET req: status, and what s
+ * (if any) has read and received. A held answer may carry len bytes of
+ * ours from iov, at tx_seq, and flags (ACK_FIN). False when no buffer could
+ * be had: the answer went bare, which the transport treats as lost, so the
+ * peer retries and nothing it was to carry was said. */
+static bool stream_answer(struct rpc *rpc, struct rpc_req *req, struct stream *s, int status,
+			  uint32_t flags, const struct iovec *iov, int iovcnt, size_t len)
+{
+	struct msgbuf *m = rpc_resp_msg(rpc, req, (uint32_t)(sizeof(struct wire_ack) + len));
+	if (!m) {
+		rpc_respond(rpc, req); /* the handle goes back either way */
+		return false;
+	}
+	struct wire_ack *a = (void *)m->buf;
+	*a = (struct wire_ack){.status = status, .flags = flags};
+	if (s) {
+		a->seq = s->tx_seq;
+		stream_tell(s, &a->consumed, &a->received);
+	}
+	if (len)
+		iov_copy_from(m->buf + sizeof(*a), iov, iovcnt, 0, len);
+	rpc_respond(rpc, req);
+	return true;
+}
 
-/* Answers the peer's held DATA or FIN plainly. */
-static void stream_answer_held(struct rpc *rpc, struct stream *s)
+static void respond_ack(struct rpc *rpc, struct rpc_req *req, int status, struct stream *s)
+{
+	stream_answer(rpc, req, s, status, 0, NULL, 0, 0);
+}
+
+/* Answers the peer's held DATA or FIN (see stream_answer). */
+static bool stream_answer_held(struct rpc *rpc, struct stream *s, uint32_t flags,
+			       const struct iovec *iov, int iovcnt, size_t len)
 {
 	struct rpc_req *req = s->held;
 	s->held = NULL;
-	respond_ack(rpc, req, 0, s);
+	return stream_answer(rpc, req, s, 0, flags, iov, iovcnt, len);
 }
 
 /* Shuts our side: in the held answer when there is one, else as a FIN
  * request. 0 or -errno. */
 static int stream_send_fin(struct rpc *rpc, struct stream *s)
 {
-	if (!s->held)
+	if (!s->held || !stream_answer_held(rpc, s, ACK_FIN, NULL, 0, 0))
 		return stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, ctl_cont);
-	struct rpc_req *req = s->held;
-	s->held = NULL;
-	struct msgbuf *m = rpc_resp_msg(rpc, req, sizeof(struct wire_ack));
-	if (!m) {
-		rpc_respond(rpc, req);
-		return stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, ctl_cont);
-	}
-	struct wire_ack *a = (void *)m->buf;
-	*a = (struct wire_ack){.status = 0, .flags = ACK_FIN, .seq = s->tx_seq};
-	stream_tell(s, &a->consumed, &a->received);
-	rpc_respond(rpc, req);
 	__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 	return 0;
 }
@@ -484,20 +502,8 @@ static size_t stream_send_in_answer(struct rpc *rpc, struct stream *s, const str
 	room = room > sizeof(struct wire_ack) ? room - (uint32_t)sizeof(struct wire_ack) : 0;
 	if (len > room)
 		len = room;
-	if (len == 0)
+	if (len == 0 || !stream_answer_held(rpc, s, 0, iov, iovcnt, len))
 		return 0;
-	struct rpc_req *req = s->held;
-	struct msgbuf *m = rpc_resp_msg(rpc, req, (uint32_t)(sizeof(struct wire_ack) + len));
-	s->held = NULL;
-	if (!m) {
-		rpc_respond(rpc, req); /* the transport lets the peer retry */
-		return 0;
-	}
-	struct wire_ack *a = (void *)m->buf;
-	*a = (struct wire_ack){.status = 0, .seq = s->tx_seq};
-	stream_tell(s, &a->consumed, &a->received);
-	iov_copy_from(m->buf + sizeof(*a), iov, iovcnt, 0, len);
-	rpc_respond(rpc, req);
 	s->tx_seq += len;
 	__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 	return len;
@@ -919,14 +925,6 @@ static void respond(struct rpc *rpc, struct rpc_req *req, const void *body, uint
 	rpc_respond(rpc, req);
 }
 
-static void respond_ack(struct rpc *rpc, struct rpc_req *req, int status, struct stream *s)
-{
-	struct wire_ack a = {.status = status};
-	if (s)
-		stream_tell(s, &a.consumed, &a.received);
-	respond(rpc, req, &a, sizeof(a));
-}
-
 static void handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 {
 	const struct msgbuf *m = rpc_req_msg(req);
@@ -984,7 +982,7 @@ unsigned stream_release_held(struct rpc *rpc)
 		*pp = s->held_next;
 		s->on_held = false;
 		if (s->held) {
-			stream_answer_held(rpc, s);
+			stream_answer_held(rpc, s, 0, NULL, 0, 0);
 			n++;
 		}
 		stream_put(s);
@@ -1064,7 +1062,7 @@ static void answer_later(struct rpc *rpc, struct rpc_req *req, struct stream *s,
 static void stream_hold(struct rpc *rpc, struct rpc_req *req, struct stream *s)
 {
 	if (s->held)
-		stream_answer_held(rpc, s); /* one per stream: the earlier goes now */
+		stream_answer_held(rpc, s, 0, NULL, 0, 0); /* one per stream: the earlier goes now */
 	s->held = req;
 	if (!s->on_held) {
 		s->on_held = true;

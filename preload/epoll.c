@@ -195,6 +195,17 @@ void epoll_file_quiet(struct ffile *f)
 	}
 }
 
+/* Registers the item's fd in its instance's kernel epoll; returns whether
+ * that worked. A fired one-shot goes in disarmed, as the kernel keeps one,
+ * except that the kernel adds EPOLLERR and EPOLLHUP to any registration. */
+static bool epitem_kernel_add(struct epitem *it)
+{
+	struct epoll_event ev = {.events = it->events, .data = it->data};
+	if (it->disabled)
+		ev.events &= (uint32_t)EP_FLAG_BITS;
+	return libc()->epoll_ctl(it->ep->epfd, EPOLL_CTL_ADD, it->fd, &ev) == 0;
+}
+
 /* Takes f out of every epoll set it is in; with to_kernel, each set first
  * gets f's kernel fd registered with the same interest. */
 static void epoll_file_detach(struct ffile *f, bool to_kernel)
@@ -205,13 +216,8 @@ static void epoll_file_detach(struct ffile *f, bool to_kernel)
 	while (it) {
 		struct epitem *next = it->fnext;
 		struct fepoll *ep = it->ep;
-		if (to_kernel && !it->kernel) {
-			struct epoll_event ev = {.events = it->events, .data = it->data};
-			/* A fired one-shot stays registered but disarmed. */
-			if (it->disabled)
-				ev.events &= (uint32_t)EP_FLAG_BITS;
-			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, it->fd, &ev);
-		}
+		if (to_kernel && !it->kernel)
+			epitem_kernel_add(it);
 		pthread_mutex_lock(&ep->lock);
 		ready_unlink(ep, it);
 		ep_items_unlink(ep, it);
@@ -230,11 +236,8 @@ void epoll_file_hybrid(struct ffile *f)
 {
 	pthread_mutex_lock(&f->wlock);
 	for (struct epitem *it = f->epitems; it; it = it->fnext) {
-		if (it->kernel)
-			continue;
-		struct epoll_event ev = {.events = it->events, .data = it->data};
-		if (libc()->epoll_ctl(it->ep->epfd, EPOLL_CTL_ADD, it->fd, &ev) == 0)
-			it->kernel = true;
+		if (!it->kernel)
+			it->kernel = epitem_kernel_add(it);
 	}
 	pthread_mutex_unlock(&f->wlock);
 }
@@ -381,10 +384,8 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 		if (it->fnext)
 			it->fnext->fprev = it;
 		f->epitems = it;
-		if (f->hybrid) {
-			if (libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, fd, ev) == 0)
-				it->kernel = true;
-		}
+		if (f->hybrid)
+			it->kernel = epitem_kernel_add(it);
 		check = true;
 		break;
 	case EPOLL_CTL_MOD:
@@ -609,6 +610,10 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 				return k;
 		}
 		uint64_t now = clock_now_ns();
+		/* Time is up before the kernel's turn came (a zero timeout): its
+		 * fds get one look all the same. */
+		if (now >= deadline && i % EP_KERNEL_EVERY != EP_KERNEL_EVERY - 1)
+			return ep_kernel(ep, events, max, 0, NULL);
 		if (now >= spin_end || now >= deadline)
 			break;
 	}

@@ -1,0 +1,123 @@
+/* epoll registrations of a ferry file that starts to be watched in the
+ * kernel too (a listener: hybrid) or is handed to the kernel for good: a
+ * one-shot item that already fired stays disarmed there until
+ * EPOLL_CTL_MOD, as in the kernel. The file's kernel fd is an eventfd, so
+ * the test makes the kernel side ready by writing to it. */
+#include "autoconfig.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "preload/epoll.h"
+#include "preload_test_util.h"
+
+TestSuite(epoll_handover, .init = test_table_init, .timeout = 20);
+
+static int wait_n(int ep, struct epoll_event *ev, int max)
+{
+	int n = epoll_wait(ep, ev, max, 0);
+	cr_assert_geq(n, 0, "epoll_wait: %s", strerror(errno));
+	return n;
+}
+
+static void kernel_ready(int fd)
+{
+	uint64_t one = 1;
+	cr_assert_eq(write(fd, &one, sizeof(one)), (ssize_t)sizeof(one));
+}
+
+/* A one-shot item on a fresh test file, fired once through ferry. */
+static struct ffile *fired_oneshot(int ep, int *fd)
+{
+	struct ffile *f = test_file(fd);
+	struct epoll_event add = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = 1};
+	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, *fd, &add), 0);
+	ffile_notify(f, EPOLLIN, EPOLLIN);
+	struct epoll_event ev[4];
+	cr_assert_eq(wait_n(ep, ev, 4), 1);
+	cr_assert_eq(ffile_mask(f), EPOLLIN);
+	ffile_notify(f, 0, 0);
+	return f;
+}
+
+Test(epoll_handover, fired_oneshot_stays_disarmed_when_the_file_becomes_hybrid)
+{
+	int ep = epoll_create1(0), fd;
+	struct ffile *f = fired_oneshot(ep, &fd);
+	f->hybrid = true; /* as listen() does */
+	epoll_file_hybrid(f);
+	kernel_ready(fd);
+	struct epoll_event ev[4];
+	cr_assert_eq(wait_n(ep, ev, 4), 0, "fired before: disarmed in the kernel as well");
+	ffile_notify(f, EPOLLIN, EPOLLIN);
+	cr_assert_eq(wait_n(ep, ev, 4), 0, "and in ferry");
+	ffile_notify(f, 0, 0);
+	struct epoll_event mod = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = 2};
+	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_MOD, fd, &mod), 0);
+	cr_assert_eq(wait_n(ep, ev, 4), 1, "re-armed: the kernel side is ready");
+	cr_assert_eq(ev[0].events, EPOLLIN);
+	cr_assert_eq(ev[0].data.u64, 2);
+	close(fd);
+	close(ep);
+}
+
+Test(epoll_handover, armed_oneshot_fires_once_after_the_file_becomes_hybrid)
+{
+	int ep = epoll_create1(0), fd;
+	struct ffile *f = test_file(&fd);
+	struct epoll_event add = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = 3};
+	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &add), 0);
+	f->hybrid = true;
+	epoll_file_hybrid(f);
+	kernel_ready(fd);
+	struct epoll_event ev[4];
+	cr_assert_eq(wait_n(ep, ev, 4), 1, "not fired before: armed in the kernel");
+	cr_assert_eq(ev[0].data.u64, 3);
+	close(fd);
+	close(ep);
+}
+
+Test(epoll_handover, fired_oneshot_stays_disarmed_when_the_kernel_takes_the_file)
+{
+	int ep = epoll_create1(0), fd;
+	struct ffile *f = fired_oneshot(ep, &fd);
+	/* As sock_handoff does: the registrations move, the number leaves. */
+	ffile_get(f);
+	epoll_file_kernelize(f);
+	fdtable_forget_file(&fdtab, f);
+	ffile_put(&fdtab, f);
+	kernel_ready(fd);
+	struct epoll_event ev[4];
+	cr_assert_eq(wait_n(ep, ev, 4), 0, "fired before: disarmed in the kernel");
+	struct epoll_event mod = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = 4};
+	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_MOD, fd, &mod), 0);
+	cr_assert_eq(wait_n(ep, ev, 4), 1);
+	cr_assert_eq(ev[0].data.u64, 4);
+	close(fd);
+	close(ep);
+}
+
+/* The tests above poll with a zero timeout, which must look at the kernel
+ * side too (a set with ferry files in it is ferry's to wait on). */
+Test(epoll_handover, a_zero_timeout_sees_kernel_fds)
+{
+	int ep = epoll_create1(0), fd, p[2];
+	test_file(&fd);
+	cr_assert_eq(pipe(p), 0);
+	struct epoll_event add = {.events = EPOLLIN, .data.u64 = 5};
+	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &add), 0);
+	add.data.u64 = 6;
+	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &add), 0);
+	struct epoll_event ev[4];
+	cr_assert_eq(wait_n(ep, ev, 4), 0);
+	cr_assert_eq(write(p[1], "x", 1), 1);
+	cr_assert_eq(wait_n(ep, ev, 4), 1);
+	cr_assert_eq(ev[0].data.u64, 6);
+	close(p[0]);
+	close(p[1]);
+	close(fd);
+	close(ep);
+}

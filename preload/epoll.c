@@ -46,6 +46,7 @@ struct fepoll {
 	int notify_fd; /* the nic's, in the kernel instance while not watched; -1 */
 	unsigned calls;
 	bool kernel_hot; /* the last look at the kernel instance found events */
+	int kernel_oneshots; /* atomic, written under lock: items epitem_kernel_oneshot */
 };
 
 /* Tags for our own fds in a kernel instance: addresses nothing else has. */
@@ -195,6 +196,24 @@ void epoll_file_quiet(struct ffile *f)
 	}
 }
 
+/* A one-shot item of a hybrid file is armed on two sides, ferry's and its
+ * kernel registration's: whichever reports it first disarms the other. */
+static bool epitem_kernel_oneshot(const struct epitem *it)
+{
+	return it->kernel && (it->events & EPOLLONESHOT);
+}
+
+/* Sets it->kernel and it->events, keeping the instance's count (ep lock). */
+static void epitem_set(struct epitem *it, bool kernel, uint32_t events)
+{
+	struct fepoll *ep = it->ep;
+	int n = __atomic_load_n(&ep->kernel_oneshots, __ATOMIC_RELAXED) -
+		epitem_kernel_oneshot(it);
+	it->kernel = kernel;
+	it->events = events;
+	__atomic_store_n(&ep->kernel_oneshots, n + epitem_kernel_oneshot(it), __ATOMIC_RELAXED);
+}
+
 /* Registers the item's fd in its instance's kernel epoll; returns whether
  * that worked. A fired one-shot goes in disarmed, as the kernel keeps one,
  * except that the kernel adds EPOLLERR and EPOLLHUP to any registration. */
@@ -219,6 +238,7 @@ static void epoll_file_detach(struct ffile *f, bool to_kernel)
 		if (to_kernel && !it->kernel)
 			epitem_kernel_add(it);
 		pthread_mutex_lock(&ep->lock);
+		epitem_set(it, false, it->events);
 		ready_unlink(ep, it);
 		ep_items_unlink(ep, it);
 		pthread_mutex_unlock(&ep->lock);
@@ -236,8 +256,11 @@ void epoll_file_hybrid(struct ffile *f)
 {
 	pthread_mutex_lock(&f->wlock);
 	for (struct epitem *it = f->epitems; it; it = it->fnext) {
-		if (!it->kernel)
-			it->kernel = epitem_kernel_add(it);
+		if (it->kernel || !epitem_kernel_add(it))
+			continue;
+		pthread_mutex_lock(&it->ep->lock);
+		epitem_set(it, true, it->events);
+		pthread_mutex_unlock(&it->ep->lock);
 	}
 	pthread_mutex_unlock(&f->wlock);
 }
@@ -384,8 +407,8 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 		if (it->fnext)
 			it->fnext->fprev = it;
 		f->epitems = it;
-		if (f->hybrid)
-			it->kernel = epitem_kernel_add(it);
+		if (f->hybrid && epitem_kernel_add(it))
+			epitem_set(it, true, it->events);
 		check = true;
 		break;
 	case EPOLL_CTL_MOD:
@@ -397,11 +420,13 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 			rc = -EINVAL; /* the kernel refuses MOD on exclusive items */
 			break;
 		}
-		it->events = ev->events;
 		it->data = ev->data;
 		it->disabled = false;
+		epitem_set(it, it->kernel, ev->events);
 		if (it->kernel)
 			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_MOD, fd, ev);
+		else if (f->hybrid && epitem_kernel_add(it))
+			epitem_set(it, true, it->events); /* it fired through ferry */
 		ready_unlink(ep, it);
 		check = true;
 		break;
@@ -412,6 +437,7 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 		}
 		if (it->kernel)
 			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
+		epitem_set(it, false, it->events);
 		ready_unlink(ep, it);
 		ep_items_unlink(ep, it);
 		file_items_unlink(f, it);
@@ -507,6 +533,12 @@ static int ep_harvest(struct fepoll *ep, struct epoll_event *out, int max)
 			n++;
 			if (it->events & EPOLLONESHOT) {
 				it->disabled = true;
+				if (it->kernel) {
+					/* Out of the kernel until a MOD: a registration
+					 * cannot be disarmed from outside. */
+					libc()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, it->fd, NULL);
+					epitem_set(it, false, it->events);
+				}
 			} else if (!(it->events & EPOLLET)) {
 				it->ready = true;
 				it->rnext = NULL;
@@ -535,10 +567,27 @@ static int ep_harvest(struct fepoll *ep, struct epoll_event *out, int max)
 	return n;
 }
 
+/* The kernel reported (and disarmed) a one-shot item of a hybrid file:
+ * ferry's side goes too. Known by its data alone, as the kernel tells no
+ * more; looked for only while the instance has such items. */
+static void ep_kernel_fired(struct fepoll *ep, epoll_data_t data)
+{
+	pthread_mutex_lock(&ep->lock);
+	for (struct epitem *it = ep->items; it; it = it->enext) {
+		if (epitem_kernel_oneshot(it) && !it->disabled && it->data.u64 == data.u64) {
+			it->disabled = true;
+			ready_unlink(ep, it);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ep->lock);
+}
+
 /* Removes our own entries from kernel results; returns the app's count. */
 static int ep_filter(struct fepoll *ep, struct epoll_event *ev, int k, bool *notified)
 {
 	int n = 0;
+	bool oneshots = __atomic_load_n(&ep->kernel_oneshots, __ATOMIC_RELAXED) > 0;
 	for (int i = 0; i < k; i++) {
 		if (ev[i].data.ptr == &ep_wake_tag) {
 			ep_drain(ep);
@@ -548,6 +597,8 @@ static int ep_filter(struct fepoll *ep, struct epoll_event *ev, int k, bool *not
 			*notified = true;
 			continue;
 		}
+		if (oneshots)
+			ep_kernel_fired(ep, ev[i].data);
 		ev[n++] = ev[i];
 	}
 	return n;

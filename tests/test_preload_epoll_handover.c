@@ -100,6 +100,31 @@ Test(epoll_handover, fired_oneshot_stays_disarmed_when_the_kernel_takes_the_file
 	close(ep);
 }
 
+/* A hybrid file is ready through ferry or through its kernel fd: whichever
+ * reports a one-shot item first disarms it for both. */
+Test(epoll_handover, a_hybrid_oneshot_fires_once_from_either_side)
+{
+	int ep = epoll_create1(0), fd;
+	struct ffile *f = test_file(&fd);
+	f->hybrid = true;
+	struct epoll_event add = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = 7};
+	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &add), 0);
+	struct epoll_event ev[4];
+	ffile_notify(f, EPOLLIN, EPOLLIN);
+	cr_assert_eq(wait_n(ep, ev, 4), 1, "ferry's side");
+	ffile_notify(f, 0, 0);
+	kernel_ready(fd);
+	cr_assert_eq(wait_n(ep, ev, 4), 0, "fired through ferry: the kernel side is disarmed");
+	struct epoll_event mod = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = 8};
+	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_MOD, fd, &mod), 0);
+	cr_assert_eq(wait_n(ep, ev, 4), 1, "the kernel's side");
+	cr_assert_eq(ev[0].data.u64, 8);
+	ffile_notify(f, EPOLLIN, EPOLLIN);
+	cr_assert_eq(wait_n(ep, ev, 4), 0, "fired through the kernel: ferry's side is disarmed");
+	close(fd);
+	close(ep);
+}
+
 /* The tests above poll with a zero timeout, which must look at the kernel
  * side too (a set with ferry files in it is ferry's to wait on). */
 Test(epoll_handover, a_zero_timeout_sees_kernel_fds)

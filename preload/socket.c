@@ -1245,72 +1245,68 @@ static uint64_t timeval_ns(const void *val, socklen_t len)
 }
 
 /* 1: not a stream option kept here; else 0 or -errno. */
-static int sock_setopt_stream(int fd, int level, int name, const void *val, socklen_t len)
+static int sock_setopt_stream(struct ffile *f, int level, int name, const void *val,
+			      socklen_t len)
 {
 	int i = sock_opt_index(level, name);
-	if (i < 0 || !val)
+	if (i < 0 || !val || f->kind != FFILE_SOCK)
 		return 1;
-	struct ffile *f = sock_get(fd);
-	if (!f)
-		return 1;
+	struct fsock *sk = f->priv;
 	int rc = 1;
-	if (f->kind == FFILE_SOCK) {
-		struct fsock *sk = f->priv;
-		ferry_lock();
-		if (sk->state == FSOCK_STREAM) {
-			int v = 0;
-			if (len < sizeof(int)) {
-				rc = -EINVAL;
-			} else {
-				memcpy(&v, val, sizeof(v));
-				if (sock_opt_table[i].boolean)
-					v = v != 0;
-				rc = v < sock_opt_table[i].lo || v > sock_opt_table[i].hi ? -EINVAL : 0;
-			}
-			if (rc == 0) {
-				sk->opt_val[i] = v;
-				sk->opt_set |= (uint8_t)(1u << i);
-			}
+	ferry_lock();
+	if (sk->state == FSOCK_STREAM) {
+		int v = 0;
+		if (len < sizeof(int)) {
+			rc = -EINVAL;
+		} else {
+			memcpy(&v, val, sizeof(v));
+			if (sock_opt_table[i].boolean)
+				v = v != 0;
+			rc = v < sock_opt_table[i].lo || v > sock_opt_table[i].hi ? -EINVAL : 0;
 		}
-		ferry_unlock();
+		if (rc == 0) {
+			sk->opt_val[i] = v;
+			sk->opt_set |= (uint8_t)(1u << i);
+		}
 	}
-	ffile_put(&fdtab, f);
+	ferry_unlock();
 	return rc;
+}
+
+/* Ferry notes the timeouts it must honour, once the kernel took them. */
+static void sock_setopt_note(struct ffile *f, int level, int name, const void *val,
+			     socklen_t len)
+{
+	if (f->kind != FFILE_SOCK || level != SOL_SOCKET)
+		return;
+	struct fsock *sk = f->priv;
+	if (name == SO_RCVTIMEO)
+		sk->rcvtimeo_ns = timeval_ns(val, len);
+	else if (name == SO_SNDTIMEO)
+		sk->sndtimeo_ns = timeval_ns(val, len);
+	else if (name == SO_LINGER && len >= sizeof(struct linger))
+		sk->linger0 = ((const struct linger *)val)->l_onoff &&
+			      ((const struct linger *)val)->l_linger == 0;
 }
 
 FERRY_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-	if (fdtable_maybe(&fdtab, fd) && !ferry_internal()) {
-		int r = sock_setopt_stream(fd, level, name, val, len);
-		if (r != 1)
-			return (int)ferry_ret(r);
-		struct ffile *f = sock_get(fd);
-		if (f) {
-			sock_kernel_own(f, fd);
-			ffile_put(&fdtab, f);
-		}
+	struct ffile *f = NULL;
+	if (fdtable_maybe(&fdtab, fd) && !ferry_internal())
+		f = sock_get(fd);
+	if (!f)
+		return libc()->setsockopt(fd, level, name, val, len);
+	int rc = sock_setopt_stream(f, level, name, val, len);
+	if (rc == 1) {
+		/* The kernel keeps every other option on the placeholder, so
+		 * getsockopt answers as it would. */
+		sock_kernel_own(f, fd);
+		rc = libc()->setsockopt(fd, level, name, val, len) == 0 ? 0 : -errno;
+		if (rc == 0)
+			sock_setopt_note(f, level, name, val, len);
 	}
-	/* The kernel keeps every other option on the placeholder, so
-	 * getsockopt answers as it would; ferry only notes the timeouts it
-	 * must honour. */
-	int rc = libc()->setsockopt(fd, level, name, val, len);
-	if (rc != 0 || !fdtable_maybe(&fdtab, fd) || ferry_internal() || level != SOL_SOCKET ||
-	    (name != SO_RCVTIMEO && name != SO_SNDTIMEO && name != SO_LINGER))
-		return rc;
-	struct ffile *f = sock_get(fd);
-	if (f && f->kind == FFILE_SOCK) {
-		struct fsock *sk = f->priv;
-		if (name == SO_RCVTIMEO)
-			sk->rcvtimeo_ns = timeval_ns(val, len);
-		else if (name == SO_SNDTIMEO)
-			sk->sndtimeo_ns = timeval_ns(val, len);
-		else if (len >= sizeof(struct linger))
-			sk->linger0 = ((const struct linger *)val)->l_onoff &&
-				      ((const struct linger *)val)->l_linger == 0;
-	}
-	if (f)
-		ffile_put(&fdtab, f);
-	return rc;
+	ffile_put(&fdtab, f);
+	return (int)ferry_ret(rc);
 }
 
 static void file_set_nonblock(struct ffile *f, bool on)

@@ -7,6 +7,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+static uint8_t *rx_spare[RXBUF_SPARES];
+static unsigned rx_nspare;
+
+static uint8_t *ring_alloc(uint32_t size)
+{
+	if (size == RXBUF_MIN_RING && rx_nspare > 0)
+		return rx_spare[--rx_nspare];
+	return malloc(size);
+}
+
+static void ring_free(uint8_t *ring, uint32_t size)
+{
+	if (ring && size == RXBUF_MIN_RING && rx_nspare < RXBUF_SPARES)
+		rx_spare[rx_nspare++] = ring;
+	else
+		free(ring);
+}
+
+unsigned rxbuf_spares_release(void)
+{
+	unsigned n = rx_nspare;
+	while (rx_nspare > 0)
+		free(rx_spare[--rx_nspare]);
+	return n;
+}
+
 void rxbuf_init(struct rxbuf *rb, uint32_t cap)
 {
 	uint32_t c = 4096;
@@ -18,7 +44,7 @@ void rxbuf_init(struct rxbuf *rb, uint32_t cap)
 
 void rxbuf_free(struct rxbuf *rb)
 {
-	free(rb->ring);
+	ring_free(rb->ring, rb->size);
 	rb->ring = NULL;
 	rb->size = 0;
 }
@@ -51,7 +77,7 @@ static int ring_reserve(struct rxbuf *rb, uint64_t end)
 		size <<= 1;
 	if (size > rb->cap)
 		size = rb->cap;
-	uint8_t *ring = malloc(size);
+	uint8_t *ring = ring_alloc(size);
 	if (!ring)
 		return -ENOMEM;
 	if (rb->ring) {
@@ -62,7 +88,7 @@ static int ring_reserve(struct rxbuf *rb, uint64_t end)
 		size_t off = (size_t)(old.head & (old.size - 1));
 		ring_copy_in(rb, old.head, old.ring + off, old.size - off);
 		ring_copy_in(rb, old.head + old.size - off, old.ring, off);
-		free(old.ring);
+		ring_free(old.ring, old.size);
 	} else {
 		rb->ring = ring;
 		rb->size = size;

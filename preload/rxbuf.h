@@ -2,7 +2,8 @@
  * A stream's receive side: a ring as large as the receive window, bytes
  * placed by sequence number so DATA requests may arrive in any order, and
  * the rule for when the reader tells the writer its window moved. Pure data
- * structure: no locks, no transport.
+ * structure: no locks, no transport. The spare rings (below) are shared by
+ * every rxbuf, so the caller serialises all calls (ferry's endpoint lock).
  */
 #ifndef FERRY_PRELOAD_RXBUF_H
 #define FERRY_PRELOAD_RXBUF_H
@@ -16,9 +17,14 @@
  * requests in flight, so more than this means a broken peer. */
 #define RXBUF_HOLES_MAX 64
 
-/* Smallest ring allocated; rings grow up to the window and are freed when
- * drained, so an idle stream holds no buffer (as a kernel socket). */
+/* Smallest ring allocated; rings grow up to the window and are given up
+ * when drained, so an idle stream holds no buffer (as a kernel socket). */
 #define RXBUF_MIN_RING 4096u
+/* Drained rings of the smallest size are kept, this many at most for the
+ * whole process, for the next stream that receives: a reader that drains
+ * everything each time (redis, memcached) would otherwise malloc and free
+ * a ring per message. Larger rings are freed. */
+#define RXBUF_SPARES 16
 
 struct rxbuf {
 	uint8_t *ring;   /* size bytes, or NULL while nothing is held */
@@ -35,6 +41,8 @@ struct rxbuf {
 /* cap is rounded up to a power of two. Allocates nothing yet. */
 void rxbuf_init(struct rxbuf *rb, uint32_t cap);
 void rxbuf_free(struct rxbuf *rb);
+/* Frees the spare rings (teardown, tests). Returns how many there were. */
+unsigned rxbuf_spares_release(void);
 
 /*
  * Stores len bytes that start at sequence number seq (copied). Bytes

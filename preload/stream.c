@@ -689,6 +689,7 @@ void stream_forget_all(void)
 	ack_npending = 0;
 	held_head = owed_head = NULL;
 	work_update();
+	rxbuf_spares_release();
 	while (listeners) {
 		struct listener *l = listeners;
 		listeners = l->next;

@@ -16,6 +16,7 @@ static void setup(void)
 static void teardown(void)
 {
 	rxbuf_free(&rb);
+	rxbuf_spares_release();
 }
 
 static size_t read_all(uint8_t *out, size_t cap, bool peek)
@@ -170,6 +171,53 @@ Test(rxbuf, a_drained_buffer_holds_no_memory)
 	rxbuf_put(&rb, 3, "def", 3);
 	read_all(out, 3, false);
 	cr_assert_arr_eq(out, "def", 3);
+}
+
+Test(rxbuf, a_drained_ring_is_reused_not_allocated_again)
+{
+	uint8_t out[3];
+	rxbuf_put(&rb, 0, "abc", 3);
+	uint8_t *first = rb.ring;
+	read_all(out, 3, false);
+	cr_assert_null(rb.ring);
+	/* Another stream's next message takes the spare (no malloc). */
+	struct rxbuf other;
+	rxbuf_init(&other, 1u << 16);
+	cr_assert_eq(rxbuf_put(&other, 0, "xyz", 3), 0);
+	cr_assert_eq(other.ring, first, "the drained ring is reused");
+	struct iovec v = {out, 3};
+	cr_assert_eq(rxbuf_read(&other, &v, 1, false), 3);
+	cr_assert_arr_eq(out, "xyz", 3);
+	rxbuf_free(&other);
+	cr_assert_eq(rxbuf_spares_release(), 1);
+}
+
+Test(rxbuf, spares_are_bounded_and_only_small_rings)
+{
+	static struct rxbuf many[RXBUF_SPARES + 3];
+	static uint8_t big[RXBUF_MIN_RING * 2];
+	uint8_t out[sizeof(big)];
+	struct iovec v = {out, sizeof(out)};
+	for (unsigned i = 0; i < RXBUF_SPARES + 3; i++) {
+		rxbuf_init(&many[i], 1u << 16);
+		cr_assert_eq(rxbuf_put(&many[i], 0, "m", 1), 0);
+	}
+	/* A ring that grew past the smallest size is freed, not kept. */
+	struct rxbuf grown;
+	rxbuf_init(&grown, 1u << 16);
+	cr_assert_eq(rxbuf_put(&grown, 0, big, sizeof(big)), 0);
+	cr_assert_gt(grown.size, RXBUF_MIN_RING);
+	cr_assert_eq(rxbuf_read(&grown, &v, 1, false), sizeof(big));
+	cr_assert_null(grown.ring);
+	cr_assert_eq(rxbuf_spares_release(), 0);
+	for (unsigned i = 0; i < RXBUF_SPARES + 3; i++) {
+		cr_assert_eq(rxbuf_read(&many[i], &v, 1, false), 1);
+		cr_assert_null(many[i].ring, "an idle stream keeps no buffer");
+	}
+	cr_assert_eq(rxbuf_spares_release(), RXBUF_SPARES);
+	for (unsigned i = 0; i < RXBUF_SPARES + 3; i++)
+		rxbuf_free(&many[i]);
+	rxbuf_free(&grown);
 }
 
 Test(rxbuf, the_ring_grows_to_the_window_keeping_holes)

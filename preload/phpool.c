@@ -106,18 +106,34 @@ static unsigned pp_cap(unsigned max)
  */
 #define PHPOOL_HIDE_FLOOR_MAX 65536
 
+static int pp_floor(int limit)
+{
+	return limit / 2 < PHPOOL_HIDE_FLOOR_MAX ? limit / 2 : PHPOOL_HIDE_FLOOR_MAX;
+}
+
+/*
+ * The limit as last read serves (phpool_pressure reads it now and then),
+ * unless it no longer fits: the application's numbers reached its floor
+ * (the limit may have been raised, or descriptors are short), or the floor
+ * is past the limit (lowered: the kernel refuses the duplicate).
+ */
 static int pp_hide(int fd)
 {
 	const struct libc_fns *c = libc();
-	int floor = pp_limit_read() / 2; /* a new socket: worth a fresh look */
-	if (floor > PHPOOL_HIDE_FLOOR_MAX)
-		floor = PHPOOL_HIDE_FLOOR_MAX;
-	if (fd >= floor)
-		return fd;
 	int saved = errno;
-	int high = c->fcntl(fd, F_DUPFD_CLOEXEC, floor);
+	int floor = pp_floor(pp_limit_now());
+	bool fresh = false;
+	if (fd >= floor) {
+		floor = pp_floor(pp_limit_read());
+		fresh = true;
+	}
+	int high = fd >= floor ? fd : c->fcntl(fd, F_DUPFD_CLOEXEC, floor);
+	if (high < 0 && errno == EINVAL && !fresh) {
+		floor = pp_floor(pp_limit_read());
+		high = fd >= floor ? fd : c->fcntl(fd, F_DUPFD_CLOEXEC, floor);
+	}
 	errno = saved;
-	if (high < 0)
+	if (high < 0 || high == fd)
 		return fd;
 	c->close(fd);
 	return high;

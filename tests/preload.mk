@@ -68,3 +68,9 @@ TESTS += tests/test_preload_epoll_handover
 tests_test_preload_epoll_handover_SOURCES = tests/test_preload_epoll_handover.c $(PRELOAD_TEST_SOURCES)
 tests_test_preload_epoll_handover_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_epoll_handover_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/test_preload_phpool_limit
+TESTS += tests/test_preload_phpool_limit
+tests_test_preload_phpool_limit_SOURCES = tests/test_preload_phpool_limit.c preload/phpool.c preload/phpool.h \
+	preload/libc.c preload/libc.h
+tests_test_preload_phpool_limit_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_phpool_limit_LDADD = $(TEST_LDADD)

@@ -44,7 +44,6 @@ struct fsock {
 	 * hidden fd, or -1 when the placeholder is the application's own. */
 	int ph_fd;
 	bool ph_bound;  /* from the bound pool (behind a client stream) */
-	bool ph_dirty;  /* atomic: the kernel keeps state of it: never pooled again */
 	bool cloexec;   /* FD_CLOEXEC of the one number, unless cloexec_unknown */
 	bool cloexec_unknown;
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */

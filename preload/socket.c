@@ -160,10 +160,9 @@ static void sock_release(struct ffile *f)
 	sock_drop_rendezvous(sk);
 	struct sockaddr_storage la;
 	socklen_t llen = 0;
-	bool dirty = __atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE);
 	ferry_lock();
 	if (sk->stream) {
-		if (sk->ph_fd >= 0 && sk->ph_bound && !dirty) {
+		if (sk->ph_fd >= 0 && sk->ph_bound) {
 			sk->stream->ph_fd = sk->ph_fd; /* pooled once the stream is gone */
 			sk->ph_fd = -1;
 		}
@@ -187,7 +186,7 @@ static void sock_release(struct ffile *f)
 		ferry_internal_leave();
 	}
 	if (sk->ph_fd >= 0) {
-		if (dirty || sk->ph_bound)
+		if (sk->ph_bound)
 			libc()->close(sk->ph_fd);
 		else
 			phpool_give(sk->domain, sk->ph_fd);
@@ -234,8 +233,7 @@ static int sock_adopt(int fd, int domain, int type, int ph_fd)
  * no state of yet (file flags wait in f->status). */
 static bool sock_pooled_clean(const struct fsock *sk)
 {
-	return __atomic_load_n(&sk->ph_fd, __ATOMIC_SEQ_CST) >= 0 &&
-	       !__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&sk->ph_fd, __ATOMIC_SEQ_CST) >= 0;
 }
 
 /* A pooled socket's kernel flags are a fresh socket's: ferry kept the
@@ -247,23 +245,35 @@ static void sock_push_status(struct ffile *f, int fd)
 		libc()->fcntl(fd, F_SETFL, st);
 }
 
-/* Guards ph_fd of installed sockets against sock_reclaim. */
+/* Guards ph_fd of installed sockets: sock_local's swap, sock_let_go. */
 static pthread_mutex_t ph_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void sock_reclaim_one(struct ffile *f, void *arg)
+/*
+ * f's numbers become the only hold on its socket, the application's own
+ * from now on: the hidden descriptor goes (the socket is never pooled
+ * again), and the flags ferry kept reach the kernel (on fd, unless -1).
+ * Under ph_lock.
+ */
+static void sock_let_go(struct ffile *f, int fd)
 {
-	(void)arg;
 	struct fsock *sk = f->priv;
 	if (f->kind != FFILE_SOCK || !sk || sk->ph_fd < 0)
 		return;
 	int h = sk->ph_fd;
 	__atomic_store_n(&sk->ph_fd, -1, __ATOMIC_SEQ_CST);
 	/* From here F_SETFL goes to the kernel itself; what it kept until now
-	 * goes there first (the fence pairs with fcntl's). */
+	 * goes there first (the fence pairs with fcntl's and FIONBIO's). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (!__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) && f->nfds)
-		sock_push_status(f, f->fds[0]);
+	if (fd >= 0)
+		sock_push_status(f, fd);
 	libc()->close(h);
+}
+
+/* Called with the table's lock held (fdtable_each): f's numbers are stable. */
+static void sock_let_go_each(struct ffile *f, void *arg)
+{
+	(void)arg;
+	sock_let_go(f, f->nfds ? f->fds[0] : -1);
 }
 
 /*
@@ -275,7 +285,7 @@ static void sock_reclaim_one(struct ffile *f, void *arg)
 static void sock_reclaim(void)
 {
 	pthread_mutex_lock(&ph_lock);
-	fdtable_each(&fdtab, sock_reclaim_one, NULL);
+	fdtable_each(&fdtab, sock_let_go_each, NULL);
 	pthread_mutex_unlock(&ph_lock);
 	phpool_drain();
 	log_info("descriptors running short: placeholders are not pooled for now");
@@ -284,25 +294,20 @@ static void sock_reclaim(void)
 void sock_kernel_own(struct ffile *f, int fd)
 {
 	struct fsock *sk = f->priv;
-	if (f->kind != FFILE_SOCK || !sk || __atomic_load_n(&sk->ph_fd, __ATOMIC_SEQ_CST) < 0 ||
-	    __atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) ||
-	    __atomic_exchange_n(&sk->ph_dirty, true, __ATOMIC_ACQ_REL))
+	if (f->kind != FFILE_SOCK || !sk || __atomic_load_n(&sk->ph_fd, __ATOMIC_SEQ_CST) < 0)
 		return;
-	sock_push_status(f, fd);
-}
-
-/* Called with the table's lock held (fdtable_each): f's numbers are stable. */
-static void sock_share_one(struct ffile *f, void *arg)
-{
-	(void)arg;
-	if (f->kind == FFILE_SOCK && f->nfds)
-		sock_kernel_own(f, f->fds[0]);
+	pthread_mutex_lock(&ph_lock);
+	sock_let_go(f, fd);
+	pthread_mutex_unlock(&ph_lock);
 }
 
 void sock_share_all(void)
 {
-	if (ferry_state() == FERRY_ON)
-		fdtable_each(&fdtab, sock_share_one, NULL);
+	if (ferry_state() != FERRY_ON)
+		return;
+	pthread_mutex_lock(&ph_lock); /* before the table's, as everywhere */
+	fdtable_each(&fdtab, sock_let_go_each, NULL);
+	pthread_mutex_unlock(&ph_lock);
 }
 
 void sock_passed(const struct msghdr *msg)
@@ -473,8 +478,7 @@ static int sock_local(struct ffile *f, int fd, const struct sockaddr *dst,
 	const struct libc_fns *c = libc();
 	bool swapped = false;
 	/* A first look; what counts is looked at again under the locks. */
-	if (!sk->bound && sk->ph_fd >= 0 && !sk->ph_bound && !sk->cloexec_unknown &&
-	    !__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE)) {
+	if (!sk->bound && sk->ph_fd >= 0 && !sk->ph_bound && !sk->cloexec_unknown) {
 		struct sockaddr_storage src;
 		socklen_t slen;
 		int h = sock_source(sk, dst, &src, &slen);
@@ -488,8 +492,7 @@ static int sock_local(struct ffile *f, int fd, const struct sockaddr *dst,
 			int blank = -1;
 			pthread_mutex_lock(&ph_lock);
 			pthread_mutex_lock(&fdtab.lock);
-			if (sk->ph_fd >= 0 && !sk->cloexec_unknown &&
-			    !__atomic_load_n(&sk->ph_dirty, __ATOMIC_ACQUIRE) && f->nfds == 1 &&
+			if (sk->ph_fd >= 0 && !sk->cloexec_unknown && f->nfds == 1 &&
 			    f->fds[0] == fd && c->dup3(h, fd, sk->cloexec ? O_CLOEXEC : 0) == fd) {
 				blank = sk->ph_fd;
 				sk->ph_fd = h;
@@ -1330,7 +1333,7 @@ FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
 	struct fsock *sk = f->priv;
 	if (req == FIONBIO && arg) {
 		file_set_nonblock(f, *(int *)arg != 0);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with sock_reclaim_one's */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with sock_let_go's */
 		if (f->hybrid || sock_pooled_clean(sk)) {
 			ffile_put(&fdtab, f);
 			return 0; /* the kernel side stays non-blocking, or is pooled */
@@ -1451,7 +1454,7 @@ static int fcntl_impl(int fd, int cmd, long arg)
 			/* A pooled placeholder's flags wait in the status until the
 			 * kernel owns it (sock_kernel_own); O_ASYNC and O_DIRECT are
 			 * the kernel's to set up or refuse. */
-			__atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with sock_reclaim_one's */
+			__atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with sock_let_go's */
 			if (sock_pooled_clean(sk) && !(arg & (O_ASYNC | O_DIRECT))) {
 				rc = 0;
 				break;

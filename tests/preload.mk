@@ -74,3 +74,8 @@ tests_test_preload_phpool_limit_SOURCES = tests/test_preload_phpool_limit.c prel
 	preload/libc.c preload/libc.h
 tests_test_preload_phpool_limit_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_phpool_limit_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/test_preload_placeholder
+TESTS += tests/test_preload_placeholder
+tests_test_preload_placeholder_SOURCES = tests/test_preload_placeholder.c $(PRELOAD_TEST_SOURCES)
+tests_test_preload_placeholder_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_placeholder_LDADD = $(TEST_LDADD)

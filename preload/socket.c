@@ -215,6 +215,9 @@ static int sock_adopt(int fd, int domain, int type, int ph_fd)
 	f->priv = sk;
 	f->release = sock_release;
 	f->status = O_RDWR | ((type & SOCK_NONBLOCK) ? O_NONBLOCK : 0);
+	/* tcp_poll's answer for a socket neither connected nor listening (an
+	 * accepted stream's file gets its stream's next). */
+	__atomic_store_n(&f->mask, EPOLLOUT | EPOLLHUP, __ATOMIC_RELEASE);
 	int rc = fdtable_install(&fdtab, fd, f);
 	if (rc == -EEXIST) {
 		/* A stale entry: the number was closed behind our back. */
@@ -595,6 +598,7 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 		return c->connect(fd, a, l) == 0 ? 0 : -errno;
 	}
 	sock_drop_rendezvous(sk);
+	ffile_notify(f, 0, 0); /* connecting: nothing to report, as in SYN_SENT */
 
 	struct sockaddr_storage dst;
 	socklen_t dlen = sa_unmap(a, &dst);
@@ -761,6 +765,7 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 	ferry_unlock();
 	if (st != FSOCK_NEW)
 		return 0;
+	ffile_notify(f, 0, 0); /* listening: readable once a connection waits */
 	struct sockaddr_storage a;
 	socklen_t alen = sizeof(a);
 	if (c->getsockname(fd, (struct sockaddr *)&a, &alen) != 0)

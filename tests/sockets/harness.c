@@ -38,7 +38,7 @@ enum { ROLE_DEADLINE_MS = 30000, SYNC_DEADLINE_MS = 20000 };
 static const struct scenario *const *tables(void)
 {
 	static const struct scenario *const all[] = {scen_stream, scen_flow, scen_options, scen_ready, scen_misc,
-						      scen_fortify, NULL};
+						      scen_fortify, scen_handover, NULL};
 	return all;
 }
 

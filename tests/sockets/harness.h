@@ -36,6 +36,7 @@ extern const struct scenario scen_ready[];
 extern const struct scenario scen_fortify[];
 extern const struct scenario scen_misc[];
 extern const struct scenario scen_flow[];
+extern const struct scenario scen_handover[];
 
 /* Synchronisation with the other role over pipes (never sockets). */
 void sync_send(struct peer *p);

@@ -4,10 +4,12 @@
 #include "preload/stream.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <time.h>
 
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
@@ -116,6 +118,23 @@ static bool st_tx_pending;
  * without the lock. */
 static bool st_tx_deferred;
 
+/*
+ * A closed stream keeps its port (ph_wait) until the peer's side ends. One
+ * whose peer keeps its side open for good (an orphaned FIN_WAIT2 in TCP's
+ * terms) is given up after tcp_fin_timeout, as the kernel gives up on such
+ * a socket. It is reset rather than dropped quietly, so the peer's stream
+ * ends too before the port can serve another connection. Checked in
+ * stream_run_once (each wait of the application, each progress tick), with
+ * no timer of its own: a process asleep for good checks at its next
+ * wake-up, and meanwhile only a connect of its own would want the port.
+ */
+#define STREAM_FIN_TIMEOUT_DEFAULT_NS (60ull * 1000000000ull)
+static uint64_t st_fin_timeout_ns = STREAM_FIN_TIMEOUT_DEFAULT_NS;
+static bool st_fin_timeout_set;
+/* No later than the earliest closed_ns of a lingering stream; UINT64_MAX:
+ * none lingers. */
+static uint64_t st_linger_oldest = UINT64_MAX;
+
 bool stream_tx_deferred(void)
 {
 	return __atomic_load_n(&st_tx_deferred, __ATOMIC_ACQUIRE);
@@ -141,6 +160,41 @@ bool stream_take_tx_pending(void)
 	bool p = st_tx_pending;
 	st_tx_pending = false;
 	return p;
+}
+
+/* A jiffy's resolution is plenty against a timeout of seconds, and
+ * cheaper than clock_now_ns on a path every pass reads. */
+static uint64_t linger_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void fin_timeout_read(void)
+{
+	if (st_fin_timeout_set)
+		return;
+	st_fin_timeout_set = true;
+	int fd = open("/proc/sys/net/ipv4/tcp_fin_timeout", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	char buf[32];
+	ssize_t n = libc()->read(fd, buf, sizeof(buf) - 1);
+	libc()->close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = 0;
+	char *end;
+	unsigned long sec = strtoul(buf, &end, 10);
+	if (end != buf && sec > 0 && sec < 24ul * 3600)
+		st_fin_timeout_ns = (uint64_t)sec * 1000000000ull;
+}
+
+void stream_test_set_fin_timeout(uint64_t ns)
+{
+	st_fin_timeout_set = true;
+	st_fin_timeout_ns = ns;
 }
 
 /* --- table --- */
@@ -641,6 +695,9 @@ void stream_close(struct rpc *rpc, struct stream *s)
 	if (s->ph_fd >= 0 && !s->ended && !s->ph_wait) {
 		s->ph_wait = true;
 		s->refs++;
+		s->closed_ns = linger_now_ns();
+		if (s->closed_ns < st_linger_oldest)
+			st_linger_oldest = s->closed_ns;
 	}
 	stream_put(s);
 }
@@ -688,6 +745,7 @@ void stream_forget_all(void)
 	st_cap = st_used = st_nfree = 0;
 	ack_npending = 0;
 	held_head = owed_head = NULL;
+	st_linger_oldest = UINT64_MAX;
 	work_update();
 	rxbuf_spares_release();
 	while (listeners) {
@@ -1023,6 +1081,34 @@ static unsigned stream_pay_owed(struct rpc *rpc)
 	return n;
 }
 
+/* Resets the closed streams whose peer kept its side open past the FIN
+ * timeout (see st_fin_timeout_ns); each port goes back to the pool once
+ * its reset is answered, as when the peer's FIN comes. */
+static unsigned stream_linger_expire(struct rpc *rpc)
+{
+	uint64_t now = linger_now_ns();
+	if (now - st_linger_oldest < st_fin_timeout_ns)
+		return 0;
+	unsigned n = 0;
+	uint64_t oldest = UINT64_MAX;
+	for (uint32_t i = 0; i < st_used; i++) {
+		struct stream *s = st_slots[i];
+		if (!s || !s->ph_wait)
+			continue;
+		if (s->rpc != rpc || now - s->closed_ns < st_fin_timeout_ns) {
+			if (s->closed_ns < oldest)
+				oldest = s->closed_ns;
+			continue;
+		}
+		if (s->state == STREAM_OPEN && stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont) == 0)
+			n++;
+		s->ended = true;
+		stream_unlinger(s); /* may free s */
+	}
+	st_linger_oldest = oldest;
+	return n;
+}
+
 unsigned stream_run_once(struct rpc *rpc)
 {
 	unsigned n = held_head ? stream_release_held(rpc) : 0;
@@ -1038,6 +1124,8 @@ unsigned stream_run_once(struct rpc *rpc)
 	n += k;
 	if (owed_head)
 		n += stream_pay_owed(rpc);
+	if (st_linger_oldest != UINT64_MAX)
+		n += stream_linger_expire(rpc);
 	if (n)
 		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 	work_update();
@@ -1190,6 +1278,7 @@ int stream_init(struct rpc *rpc)
 		rc = rpc_register_handler(rpc, STREAM_REQ_RESET, handle_ctl, NULL);
 	if (rc)
 		return rc;
+	fin_timeout_read();
 	rpc_set_session_handler(rpc, stream_session_event, NULL);
 	return 0;
 }

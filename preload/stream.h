@@ -72,6 +72,7 @@ struct stream {
 	int ph_fd;
 	bool ended;   /* the peer's direction is over: its FIN, or a reset */
 	bool ph_wait; /* closed, holding a reference for ph_fd until ended */
+	uint64_t closed_ns; /* when ph_wait began (CLOCK_MONOTONIC_COARSE) */
 	struct stream *accept_next;
 };
 
@@ -133,6 +134,10 @@ struct stream *listener_pop(struct listener *l);
  * daemon() child that starts a fresh ferry; tests). */
 void stream_forget_all(void);
 
+/* Tests only: how long a closed stream waits for the peer's FIN before
+ * it is reset (as the kernel's tcp_fin_timeout, which it is otherwise). */
+void stream_test_set_fin_timeout(uint64_t ns);
+
 /* Whether requests were queued since the last call (the caller then sends
  * them: rpc_flush). */
 bool stream_take_tx_pending(void);
@@ -147,7 +152,9 @@ bool stream_take_tx_pending(void);
  * progress thread's tick. Answers to WINDOW/FIN/RESET are queued after
  * the pass. A stream that received bytes in an answer owes the peer word
  * of them: that rides on its next request, or goes as a WINDOW once it is
- * STREAM_ACK_DELAY_NS old. Returns the number of packets received.
+ * STREAM_ACK_DELAY_NS old. A closed stream whose peer has not ended its
+ * side within the FIN timeout is reset here. Returns the number of packets
+ * received.
  */
 unsigned stream_run_once(struct rpc *rpc);
 /* Answers every held DATA request plainly (the application is about to

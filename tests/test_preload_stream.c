@@ -2,7 +2,8 @@
  * order and intact through loss, duplication and reordering; the receive
  * window holds a writer back and opens again; a stalled stream does not
  * hold up another on the same session; FIN is EOF after the data; RESET
- * is ECONNRESET, then EPIPE. */
+ * is ECONNRESET, then EPIPE; a closed stream whose peer never sends its FIN
+ * is reset after the FIN timeout and its port pooled. */
 #include "autoconfig.h"
 
 #include <criterion/criterion.h>
@@ -13,6 +14,8 @@
 #include <sys/epoll.h>
 
 #include "preload/fdtable.h"
+#include "preload/libc.h"
+#include "preload/phpool.h"
 #include "preload/stream.h"
 #include "rpc_pair.h"
 #include "transport/clock.h"
@@ -406,4 +409,67 @@ Test(stream, a_close_answering_the_peers_fin_rides_in_its_answer, .init = clean,
 		pump();
 	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 0, "EOF");
 	cr_assert(stream_mask(c) & EPOLLHUP, "both sides shut");
+}
+
+static bool peer_reset(void *p)
+{
+	return ((struct stream *)p)->reset;
+}
+
+static uint16_t port_of(const struct sockaddr_storage *ss)
+{
+	return ((const struct sockaddr_in *)(const void *)ss)->sin_port;
+}
+
+/* As the kernel with an orphaned FIN_WAIT2 socket: the application closed,
+ * its FIN went, the peer keeps its side open for good. The port stays the
+ * stream's until the FIN timeout, then the stream is reset and freed and
+ * the port goes back to the pool. */
+Test(stream, a_closed_stream_whose_peer_never_ends_is_reset_after_the_fin_timeout,
+     .init = clean, .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7009, &c, &s);
+	struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_storage local, other_local;
+	socklen_t llen, other_llen;
+	int ph = phpool_take_bound(AF_INET, (struct sockaddr *)&lo, sizeof(lo), &local, &llen);
+	cr_assert_geq(ph, 0, "a bound placeholder: %s", strerror(-ph));
+	c->ph_fd = ph; /* as socket.c hands it over at close */
+	memcpy(&c->local, &local, llen);
+	c->local_len = llen;
+
+	stream_test_set_fin_timeout(3600ull * 1000000000ull);
+	stream_close(P.a, c);
+	char buf[8];
+	struct iovec r = {buf, sizeof(buf)};
+	ssize_t n;
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while ((n = stream_recv(P.b, s, &r, 1, 0)) == -EAGAIN && clock_now_ns() < end)
+		pump();
+	cr_assert_eq(n, 0, "the peer sees EOF, and keeps its side open");
+	for (int i = 0; i < 50; i++)
+		pump();
+	cr_assert_not(s->reset, "within the timeout the stream lingers");
+	int other = phpool_take_bound(AF_INET, (struct sockaddr *)&lo, sizeof(lo), &other_local,
+				      &other_llen);
+	cr_assert_geq(other, 0);
+	cr_assert_neq(port_of(&other_local), port_of(&local), "the port is not pooled yet");
+	libc()->close(other);
+
+	stream_test_set_fin_timeout(0);
+	cr_assert(pump_until(peer_reset, s), "the peer's side is reset at the timeout");
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), -ECONNRESET);
+	struct iovec w = {"late", 4};
+	cr_assert_eq(stream_send(P.b, s, &w, 1), -EPIPE, "a late write fails, as the kernel's");
+	cr_assert(stream_mask(s) & EPOLLHUP);
+	/* The reset's answer frees the stream; its port goes back to the pool
+	 * (a clean in-process link: one pass each way is enough). */
+	for (int i = 0; i < 50; i++)
+		pump();
+	int again = phpool_take_bound(AF_INET, (struct sockaddr *)&lo, sizeof(lo), &other_local,
+				      &other_llen);
+	cr_assert_eq(again, ph, "the same pooled placeholder");
+	cr_assert_eq(port_of(&other_local), port_of(&local), "the port is reusable");
+	libc()->close(again);
 }

@@ -114,8 +114,9 @@ static int pp_floor(int limit)
 /*
  * The limit as last read serves (phpool_pressure reads it now and then),
  * unless it no longer fits: the application's numbers reached its floor
- * (the limit may have been raised, or descriptors are short), or the floor
- * is past the limit (lowered: the kernel refuses the duplicate).
+ * (the limit may have been raised, or descriptors are short), or the
+ * kernel refuses the duplicate (the floor is past a lowered limit: EINVAL,
+ * EMFILE under valgrind).
  */
 static int pp_hide(int fd)
 {
@@ -128,7 +129,7 @@ static int pp_hide(int fd)
 		fresh = true;
 	}
 	int high = fd >= floor ? fd : c->fcntl(fd, F_DUPFD_CLOEXEC, floor);
-	if (high < 0 && errno == EINVAL && !fresh) {
+	if (high < 0 && !fresh) {
 		floor = pp_floor(pp_limit_read());
 		high = fd >= floor ? fd : c->fcntl(fd, F_DUPFD_CLOEXEC, floor);
 	}

@@ -1,12 +1,15 @@
 /* The kernel UDP nic over loopback: bytes, bursts, buffer reuse, routes, foreign datagrams. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -568,6 +571,94 @@ Test(nic_udp, hard_send_error_drops_one_packet_not_the_burst)
 	check(&rx[1], 16, 2);
 	nic_post_recvs(p.b, &rx[0].buf, 1);
 	nic_post_recvs(p.b, &rx[1].buf, 1);
+	pair_close(&p);
+}
+
+/* The number open() hands out next. */
+static int lowest_free_fd(void)
+{
+	int fd = open("/dev/null", O_RDONLY);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	return fd;
+}
+
+static unsigned open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	cr_assert_not_null(d);
+	unsigned n = 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+Test(nic_udp, peers_leave_descriptors_as_they_found_them, .timeout = 30)
+{
+	struct rlimit rl;
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < 1024 && rl.rlim_max >= 1024) {
+		rl.rlim_cur = 1024;
+		cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	struct pair p;
+	pair_open(&p, 0);
+	struct nic_route r;
+	nic_local_route(p.b, &r);
+	nic_route_fixup(p.a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
+	int low = lowest_free_fd();
+	unsigned before = open_fds();
+	struct nic_peer *peers[32];
+	for (int i = 0; i < 32; i++)
+		cr_assert_eq(nic_peer_create(p.a, &r, &peers[i]), 0);
+	/* The program's next open() or socket() gets the number it would get
+	 * without ferry. */
+	if (rl.rlim_cur >= 1024)
+		cr_assert_eq(lowest_free_fd(), low);
+	uint8_t buf[40];
+	fill(buf, sizeof(buf), 7);
+	struct nic_tx tx = {.peer = peers[31], .nsge = 1, .sge = {{.addr = buf, .len = sizeof(buf)}}};
+	cr_assert_eq(nic_tx_burst(p.a, &tx, 1), 1);
+	struct nic_rx rx;
+	cr_assert_eq(rx_wait(p.b, &rx, 1), 1);
+	check(&rx, sizeof(buf), 7);
+	nic_post_recvs(p.b, &rx.buf, 1);
+	for (int i = 0; i < 32; i++)
+		nic_peer_destroy(p.a, peers[i]);
+	cr_assert_eq(open_fds(), before);
+	pair_close(&p);
+}
+
+Test(nic_udp, a_peer_whose_port_is_gone_costs_only_its_packets, .timeout = 30)
+{
+	struct pair p;
+	pair_open(&p, 0);
+	struct ferry_stats sc = {0};
+	struct nic *c = open_nic(&p.cfg, &sc);
+	struct nic_route r;
+	nic_local_route(c, &r);
+	nic_route_fixup(p.a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
+	struct nic_peer *to_c;
+	cr_assert_eq(nic_peer_create(p.a, &r, &to_c), 0);
+	nic_close(c);
+
+	uint8_t buf[3][24];
+	for (uint32_t round = 0; round < 3; round++) {
+		fill(buf[round], sizeof(buf[round]), round);
+		struct nic_tx tx[2] = {
+			{.peer = to_c, .nsge = 1, .sge = {{.addr = buf[round], .len = 24}}},
+			{.peer = p.a_to_b, .nsge = 1, .sge = {{.addr = buf[round], .len = 24}}},
+		};
+		cr_assert_eq(nic_tx_burst(p.a, tx, 2), 2, "lost as on the wire, not refused");
+		struct nic_rx rx;
+		cr_assert_eq(rx_wait(p.b, &rx, 1), 1, "round %u", round);
+		check(&rx, 24, round);
+		nic_post_recvs(p.b, &rx.buf, 1);
+	}
+	/* Its refusals are counted as failed sends. */
+	cr_assert_geq(nic_udp_tx_failures(p.a), 1);
+	nic_peer_destroy(p.a, to_c);
 	pair_close(&p);
 }
 

@@ -5,11 +5,14 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -68,6 +71,10 @@ struct nic_peer {
 		struct sockaddr_in6 in6;
 	} addr;
 	socklen_t len;
+	/* A socket of its own, connected to the peer, or -1 (then the nic's
+	 * socket sends with the address). A connected socket keeps its route,
+	 * so each send skips the lookup an unconnected one makes. */
+	int fd;
 };
 
 struct nic_udp {
@@ -98,6 +105,7 @@ struct nic_udp {
 
 	struct mmsghdr tx_msgs[NIC_UDP_BATCH];
 	unsigned tx_pkts[NIC_UDP_BATCH]; /* packets in each datagram */
+	int tx_fd[NIC_UDP_BATCH];        /* the socket each datagram leaves from */
 	struct iovec tx_iov[NIC_UDP_TX_IOVS];
 	uint8_t tx_hdr[NIC_UDP_BATCH][UDP_BUNDLE_HDR];
 	uint8_t tx_frame[NIC_UDP_BATCH][UDP_FRAME_HDR];
@@ -194,9 +202,13 @@ static unsigned nic_udp_build(struct nic_udp *u, const struct nic_tx *pkts, unsi
 				u->tx_iov[iov++] = (struct iovec){.iov_base = (void *)udp_zero_pad,
 								  .iov_len = pad8(len)};
 		}
+		const struct nic_peer *to = pkts[i].peer;
 		u->tx_msgs[m].msg_hdr = (struct msghdr){
-			.msg_name = &pkts[i].peer->addr, .msg_namelen = pkts[i].peer->len,
-			.msg_iov = first_iov, .msg_iovlen = (size_t)(&u->tx_iov[iov] - first_iov)};
+			.msg_name = to->fd >= 0 ? NULL : (void *)&to->addr,
+			.msg_namelen = to->fd >= 0 ? 0 : to->len,
+			.msg_iov = first_iov,
+			.msg_iovlen = (size_t)(&u->tx_iov[iov] - first_iov)};
+		u->tx_fd[m] = to->fd >= 0 ? to->fd : u->fd;
 		u->tx_pkts[m++] = n;
 		i += n;
 	}
@@ -222,12 +234,16 @@ static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts,
 	unsigned m = nic_udp_build(u, pkts, k);
 	unsigned done = 0, accepted = 0;
 	while (done < m) {
+		int fd = u->tx_fd[done];
+		unsigned run = 1;
+		while (done + run < m && u->tx_fd[done + run] == fd)
+			run++;
 		int r;
 		/* One datagram: sendmsg spares sendmmsg's per-call overhead. */
-		if (m - done == 1)
-			r = sendmsg(u->fd, &u->tx_msgs[done].msg_hdr, MSG_DONTWAIT) >= 0 ? 1 : -1;
+		if (run == 1)
+			r = sendmsg(fd, &u->tx_msgs[done].msg_hdr, MSG_DONTWAIT) >= 0 ? 1 : -1;
 		else
-			r = sendmmsg(u->fd, u->tx_msgs + done, m - done, MSG_DONTWAIT);
+			r = sendmmsg(fd, u->tx_msgs + done, run, MSG_DONTWAIT);
 		if (r > 0) {
 			for (int d = 0; d < r; d++)
 				accepted += u->tx_pkts[done++];
@@ -244,7 +260,8 @@ static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts,
 		}
 		/*
 		 * A hard error belongs to this one destination (EMSGSIZE,
-		 * ENETUNREACH, EACCES from a firewall...). Stopping here would let
+		 * ENETUNREACH, EACCES from a firewall, ECONNREFUSED on a peer's
+		 * connected socket once its port has gone). Stopping here would let
 		 * one bad peer stall every packet behind it, so the datagram is
 		 * lost as if on the wire and the burst goes on.
 		 */
@@ -524,6 +541,71 @@ static void nic_udp_route_fixup(const struct nic *nic, struct nic_route *route,
 	}
 }
 
+/* Sets one socket buffer as large as allowed; returns what the kernel gave,
+ * in the units setsockopt takes (getsockopt reports double, for overhead). */
+static int nic_udp_grow_buffer(int fd, int force_opt, int opt)
+{
+	int want = NIC_UDP_SOCKBUF;
+	/* The FORCE variant ignores net.core.*mem_max but needs CAP_NET_ADMIN. */
+	if (setsockopt(fd, SOL_SOCKET, force_opt, &want, sizeof(want)) < 0)
+		setsockopt(fd, SOL_SOCKET, opt, &want, sizeof(want));
+	int got = 0;
+	socklen_t len = sizeof(got);
+	if (getsockopt(fd, SOL_SOCKET, opt, &got, &len) < 0)
+		return 0;
+	return got / 2;
+}
+
+/* Moves a socket made after start-up above the low descriptor numbers an
+ * application expects socket() and open() to hand it. */
+static int nic_udp_hide_fd(int fd)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur < 256 || rl.rlim_cur > INT_MAX)
+		return fd;
+	int high = fcntl(fd, F_DUPFD_CLOEXEC, (int)(rl.rlim_cur / 2));
+	if (high < 0)
+		return fd;
+	close(fd);
+	return high;
+}
+
+/*
+ * The peer's own sending socket, connected to it; -1 if it cannot be made,
+ * and the nic's socket sends instead. A v4-mapped peer gets a plain IPv4
+ * socket, whose send path is the shorter. Datagrams from it carry another
+ * source port than the nic's; receivers go by the packet header, never by
+ * the source address.
+ */
+static int nic_udp_peer_socket(const struct nic_peer *p)
+{
+	union {
+		struct sockaddr sa;
+		struct sockaddr_in in;
+		struct sockaddr_in6 in6;
+	} a;
+	socklen_t alen = p->len;
+	memcpy(&a, &p->addr, sizeof(a));
+	if (a.sa.sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&p->addr.in6.sin6_addr)) {
+		a.in = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = p->addr.in6.sin6_port};
+		memcpy(&a.in.sin_addr, p->addr.in6.sin6_addr.s6_addr + 12, 4);
+		alen = sizeof(a.in);
+	}
+	int fd = socket(a.sa.sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	fd = nic_udp_hide_fd(fd);
+	nic_udp_grow_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF);
+	if (connect(fd, &a.sa, alen) != 0) {
+		log_debug("udp: no connected socket for a peer (%s); the nic's socket sends",
+			  strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 static int nic_udp_peer_create(struct nic *nic, const struct nic_route *route,
 			       struct nic_peer **out)
 {
@@ -563,12 +645,15 @@ static int nic_udp_peer_create(struct nic *nic, const struct nic_route *route,
 		memcpy(&p->addr.in.sin_addr, mapped ? host + 12 : host, 4);
 		p->len = sizeof(p->addr.in);
 	}
+	p->fd = nic_udp_peer_socket(p);
 	*out = p;
 	return 0;
 }
 
 static void nic_udp_peer_destroy(struct nic *nic, struct nic_peer *peer)
 {
+	if (peer->fd >= 0)
+		close(peer->fd);
 	free(peer);
 }
 
@@ -649,21 +734,6 @@ static int nic_udp_socket(int *family)
 	}
 	*family = AF_INET;
 	return fd;
-}
-
-/* Sets one socket buffer as large as allowed; returns what the kernel gave,
- * in the units setsockopt takes (getsockopt reports double, for overhead). */
-static int nic_udp_grow_buffer(int fd, int force_opt, int opt)
-{
-	int want = NIC_UDP_SOCKBUF;
-	/* The FORCE variant ignores net.core.*mem_max but needs CAP_NET_ADMIN. */
-	if (setsockopt(fd, SOL_SOCKET, force_opt, &want, sizeof(want)) < 0)
-		setsockopt(fd, SOL_SOCKET, opt, &want, sizeof(want));
-	int got = 0;
-	socklen_t len = sizeof(got);
-	if (getsockopt(fd, SOL_SOCKET, opt, &got, &len) < 0)
-		return 0;
-	return got / 2;
 }
 
 static void nic_udp_size_buffers(int fd)

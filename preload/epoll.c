@@ -43,7 +43,8 @@ struct fepoll {
 	int sleepers; /* atomic */
 	int watched;  /* atomic: inside another epoll or polled */
 	int signaled; /* atomic: wakefd holds a count */
-	int notify_fd; /* the nic's, in the kernel instance while not watched; -1 */
+	int notify_fd; /* the nic's while in the kernel instance, else -1 */
+	int nic_users; /* threads asleep here that want the nic's fd */
 	unsigned calls;
 	bool kernel_hot; /* the last look at the kernel instance found events */
 	int kernel_oneshots; /* atomic, written under lock: items epitem_kernel_oneshot */
@@ -322,16 +323,7 @@ static struct ffile *fepoll_convert(int epfd, int *err)
 		free(ep);
 		return NULL;
 	}
-	int nfd = __atomic_load_n(&ep_notify_fd, __ATOMIC_ACQUIRE);
 	ep->notify_fd = -1;
-	if (nfd >= 0) {
-		/* Exclusive: a packet wakes one sleeping thread, not all of them
-		 * (the others hear from it through their wake-up fds). */
-		struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
-					  .data.ptr = &ep_notify_tag};
-		if (libc()->epoll_ctl(epfd, EPOLL_CTL_ADD, nfd, &nev) == 0)
-			ep->notify_fd = nfd;
-	}
 	struct ffile *f = ffile_new(&fdtab, FFILE_EPOLL);
 	if (!f) {
 		libc()->close(ep->wakefd);
@@ -620,6 +612,39 @@ static int ep_kernel(struct fepoll *ep, struct epoll_event *ev, int max, int tim
 	return k;
 }
 
+/*
+ * The nic's fd is in the kernel instance only while a thread sleeps there:
+ * while it is, every packet runs the instance's wake-up callback inside the
+ * sender's system call, whether anyone sleeps or not.
+ */
+static void ep_nic_watch(struct fepoll *ep)
+{
+	int nfd = __atomic_load_n(&ep_notify_fd, __ATOMIC_ACQUIRE);
+	pthread_mutex_lock(&ep->lock);
+	if (ep->nic_users++ == 0 && nfd >= 0 && ep->notify_fd < 0 &&
+	    !__atomic_load_n(&ep->watched, __ATOMIC_RELAXED)) {
+		/* Exclusive: a packet wakes one sleeping thread, not all of them
+		 * (the others hear from it through their wake-up fds). Edge
+		 * triggered, yet nothing is missed: adding a readable fd makes
+		 * it ready at once. */
+		struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
+					  .data.ptr = &ep_notify_tag};
+		if (libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, nfd, &nev) == 0)
+			ep->notify_fd = nfd;
+	}
+	pthread_mutex_unlock(&ep->lock);
+}
+
+static void ep_nic_unwatch(struct fepoll *ep)
+{
+	pthread_mutex_lock(&ep->lock);
+	if (--ep->nic_users == 0 && ep->notify_fd >= 0) {
+		libc()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, ep->notify_fd, NULL);
+		ep->notify_fd = -1;
+	}
+	pthread_mutex_unlock(&ep->lock);
+}
+
 static int ms_until(uint64_t deadline)
 {
 	if (deadline == UINT64_MAX)
@@ -686,7 +711,9 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 			__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
 			return n;
 		}
+		ep_nic_watch(ep);
 		int k = ep_kernel(ep, events, max, ms_until(deadline), sigmask);
+		ep_nic_unwatch(ep);
 		__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
 		if (k < 0)
 			return k;

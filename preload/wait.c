@@ -35,8 +35,9 @@ static void wait_destroy(void *p)
 
 static char wait_efd_tag, wait_notify_tag;
 
-/* The thread's own epoll: its waiter and, exclusively, the nic's
- * notification fd, so one packet wakes one sleeping thread. */
+/* The thread's own epoll: its waiter and, exclusively and only while the
+ * thread sleeps (see ep_nic_watch), the nic's notification fd, so one
+ * packet wakes one sleeping thread. */
 static int wait_epoll(struct waiter *w, int nfd)
 {
 	const struct libc_fns *c = libc();
@@ -51,13 +52,21 @@ static int wait_epoll(struct waiter *w, int nfd)
 			return -1;
 		}
 	}
-	if (nfd >= 0 && w->epfd_notify != nfd) {
+	if (nfd >= 0 && w->epfd_notify < 0) {
 		struct epoll_event ev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
 					 .data.ptr = &wait_notify_tag};
 		if (c->epoll_ctl(w->epfd, EPOLL_CTL_ADD, nfd, &ev) == 0)
 			w->epfd_notify = nfd;
 	}
 	return w->epfd;
+}
+
+static void wait_epoll_done(struct waiter *w)
+{
+	if (w->epfd_notify >= 0) {
+		libc()->epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->epfd_notify, NULL);
+		w->epfd_notify = -1;
+	}
 }
 
 static void wait_key_init(void)
@@ -206,8 +215,10 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 			ms = t > INT_MAX ? INT_MAX : (int)t;
 		}
 		int k = libc()->epoll_pwait(w->epfd, ev, 2, ms, sigmask);
+		int err = errno;
+		wait_epoll_done(w);
 		if (k < 0)
-			return -errno;
+			return -err;
 		wait_consume(w);
 		for (int i = 0; i < k; i++)
 			if (ev[i].data.ptr == &wait_notify_tag && ops)

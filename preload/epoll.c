@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -697,7 +698,15 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		if (clock_now_ns() >= deadline)
 			return 0;
 		__atomic_add_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
-		if (wait_arm() == -EAGAIN) {
+		int armed = wait_arm();
+		if (armed == -EBUSY) {
+			/* The holder's pass is short; a thread that slept now, with
+			 * packets still queued, would be woken at once by them. */
+			__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
+			sched_yield();
+			continue;
+		}
+		if (armed == -EAGAIN) {
 			/* Packets are already waiting: handle them, do not sleep. */
 			__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
 			wait_progress_run();

@@ -43,13 +43,14 @@ static unsigned progress_run(void)
 	return n;
 }
 
-/* Only a thread that holds the lock may arm; one that cannot leaves the
- * wake-up to the holder, which is running the loop right now. */
+/* Only a thread that holds the lock may arm. */
 static int progress_arm(void)
 {
 	struct rpc *rpc = pg_rpc;
-	if (!rpc || !rpc_trylock(rpc))
+	if (!rpc)
 		return -1;
+	if (!rpc_trylock(rpc))
+		return -EBUSY;
 	ferry_internal_enter();
 	int rc = rpc_arm_notify(rpc);
 	int fd = rpc_notify_fd(rpc);

@@ -205,6 +205,10 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 			ops->run();
 			return 0;
 		}
+		if (nfd == -EBUSY) {
+			sched_yield(); /* see ep_wait */
+			return 0;
+		}
 	}
 	if (nk == 0 && w && wait_epoll(w, nfd) >= 0 && (nfd < 0 || w->epfd_notify == nfd)) {
 		struct epoll_event ev[2];

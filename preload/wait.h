@@ -49,7 +49,10 @@ void wait_unlink(struct ffile *f, struct wait_node *n);
  * endpoint exists; before that (and in unit tests) waits only sleep.
  * run: one pass of the event loop if no other thread is running it.
  * arm: prepares to sleep; returns the notification fd to sleep on, -1 for
- *      none, or -EAGAIN when packets are already waiting (do not sleep).
+ *      none, -EAGAIN when packets are already waiting (do not sleep), or
+ *      -EBUSY while another thread runs the loop (do not sleep yet: only a
+ *      thread that armed may count on the nic's fd to wake it, see
+ *      ep_nic_watch).
  */
 struct wait_progress_ops {
 	unsigned (*run)(void); /* packets received, 0 also when another thread runs it */

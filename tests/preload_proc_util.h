@@ -1,10 +1,11 @@
 /* Helpers for tests that run the interposer in their own process (their
- * socket calls are ferry's): the udp datapath, a loopback listener, and a
- * socket's kernel identity. */
+ * socket calls are ferry's): the udp datapath, a loopback listener, counts
+ * of descriptors and threads, and a socket's kernel identity. */
 #ifndef FERRY_TEST_PRELOAD_PROC_UTIL_H
 #define FERRY_TEST_PRELOAD_PROC_UTIL_H
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -29,6 +30,25 @@ static inline int loopback_listener(struct sockaddr_in *a)
 	socklen_t al = sizeof(*a);
 	cr_assert_eq(getsockname(lis, (struct sockaddr *)a, &al), 0);
 	return lis;
+}
+
+/* Entries of a /proc directory (descriptors, threads), its own fd not
+ * counted. */
+static inline int proc_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	cr_assert_not_null(d, "%s", dir);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Open descriptors, the one counting them not counted. */
+static inline int count_fds(void)
+{
+	return proc_entries("/proc/self/fd") - 1;
 }
 
 /* Which kernel socket fd is (the same for every number of one socket). */

@@ -7,7 +7,6 @@
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 #include <criterion/options.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -22,17 +21,6 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
 {
 	(void)set;
 	criterion_options.jobs = 1;
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	cr_assert_not_null(d);
-	int n = 0;
-	for (struct dirent *e; (e = readdir(d));)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n - 1; /* d's own */
 }
 
 /* The kernel's own flags of fd, past ferry's answer from its status. */

@@ -40,13 +40,7 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
 
 static int count_threads(void)
 {
-	DIR *d = opendir("/proc/self/task");
-	cr_assert_not_null(d);
-	int n = 0;
-	for (struct dirent *e; (e = readdir(d));)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
+	return proc_entries("/proc/self/task");
 }
 
 /* A listener on loopback and a connected, accepted pair. */
@@ -351,17 +345,6 @@ Test(start, a_client_port_is_not_reused_while_the_server_holds_it, .timeout = 30
 	close(cli2);
 	close(srv2);
 	close(lis);
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	cr_assert_not_null(d);
-	int n = 0;
-	for (struct dirent *e; (e = readdir(d));)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n - 1; /* d's own */
 }
 
 /* The application's descriptor numbers are the kernel's: ferry's hidden

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -276,6 +277,15 @@ short wait_for(int fd, short events)
 		if (n < 0 && errno == EINTR)
 			continue;
 		return n > 0 ? pfd.revents : 0;
+	}
+}
+
+int ep_wait(int ep, struct epoll_event *ev, int max, int ms)
+{
+	for (;;) {
+		int n = epoll_wait(ep, ev, max, ms);
+		if (n >= 0 || errno != EINTR)
+			return n;
 	}
 }
 

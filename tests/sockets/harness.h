@@ -67,6 +67,14 @@ size_t write_all(struct peer *p, int fd, const void *buf, size_t len);
 size_t read_full(int fd, void *buf, size_t len);
 /* Waits until fd polls for events (5 s bound); returns revents or 0. */
 short wait_for(int fd, short events);
+/*
+ * A "waitable" check: the event must come (bounded wait), or must not come
+ * (short wait, since data the peer already sent has arrived by then).
+ */
+enum { WAIT_MS = 5000, QUIET_MS = 150 };
+struct epoll_event;
+/* epoll_wait, again after EINTR. */
+int ep_wait(int ep, struct epoll_event *ev, int max, int ms);
 void sleep_ms(unsigned ms);
 
 #endif

@@ -11,17 +11,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-enum { WAIT_MS = 5000, QUIET_MS = 150 };
-
-static int ep_wait(int ep, struct epoll_event *ev, int max, int ms)
-{
-	for (;;) {
-		int n = epoll_wait(ep, ev, max, ms);
-		if (n >= 0 || errno != EINTR)
-			return n;
-	}
-}
-
 /* A connection made with raw system calls: no interposer sees it, so it
  * reaches the listener through the kernel, as a plain program's would. */
 static int kernel_connect(struct peer *p, uint16_t port)

@@ -16,21 +16,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/*
- * A "waitable" check: the event must come (bounded wait), or must not come
- * (short wait, since data the peer already sent has arrived by then).
- */
-enum { WAIT_MS = 5000, QUIET_MS = 150 };
-
-static int ep_wait(int ep, struct epoll_event *ev, int max, int ms)
-{
-	for (;;) {
-		int n = epoll_wait(ep, ev, max, ms);
-		if (n >= 0 || errno != EINTR)
-			return n;
-	}
-}
-
 static int ep_add(int ep, int fd, uint32_t events, uint32_t tag)
 {
 	struct epoll_event ev = {.events = events, .data.u32 = tag};

@@ -278,9 +278,15 @@ size_t stream_tx_queued(const struct stream *s)
 	return (size_t)(s->tx_seq - s->tx_delivered);
 }
 
+/* The peer's FIN is in, every byte before it too (SOCK_DONE in TCP). */
+static bool stream_fin_in(const struct stream *s)
+{
+	return s->rx_fin && s->rx.tail >= s->fin_seq;
+}
+
 static bool stream_eof(const struct stream *s)
 {
-	return (s->rx_fin && s->rx.tail >= s->fin_seq) || s->rd_shut;
+	return stream_fin_in(s) || s->rd_shut;
 }
 
 uint32_t stream_mask(const struct stream *s)
@@ -334,6 +340,10 @@ static void stream_fail(struct stream *s, int err)
 		return;
 	s->reset = true;
 	s->state = STREAM_FAILED;
+	/* As tcp_reset: a reset after the peer's FIN, with our side still
+	 * open (CLOSE_WAIT), is a broken pipe, not a reset connection. */
+	if (err == ECONNRESET && stream_fin_in(s) && !s->wr_shut)
+		err = EPIPE;
 	if (!s->err)
 		s->err = err;
 	stream_notify(s, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP | EPOLLRDHUP);
@@ -388,8 +398,15 @@ static void ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, voi
 static void stream_take_bytes(struct rpc *rpc, struct stream *s, const struct wire_ack *a,
 			      size_t len)
 {
-	if (s->reset || s->state != STREAM_OPEN)
-		return; /* closed here: as TCP, nothing more for the application */
+	if (s->reset || s->state != STREAM_OPEN) {
+		/* Nothing more for the application. Closed here: the writer is
+		 * reset, as TCP resets data sent to a closed socket (and as
+		 * handle_data refuses DATA). */
+		if (!s->file && !s->ended && s->state == STREAM_OPEN &&
+		    stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont) == 0)
+			s->ended = true;
+		return;
+	}
 	bool was_told = s->rx_told == s->rx.tail;
 	int rc = rxbuf_put(&s->rx, a->seq, a + 1, len);
 	if (rc) {
@@ -655,6 +672,10 @@ ssize_t stream_recv(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 		}
 		return (ssize_t)n;
 	}
+	/* As tcp_recvmsg: after the peer's FIN a read says EOF even once a
+	 * reset came; the error waits for a write or SO_ERROR. */
+	if (stream_fin_in(s))
+		return 0;
 	if (s->err)
 		return -stream_take_error(s);
 	if (stream_eof(s) || s->reset || s->state == STREAM_FAILED)

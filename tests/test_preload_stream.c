@@ -416,6 +416,33 @@ static bool peer_reset(void *p)
 	return ((struct stream *)p)->reset;
 }
 
+/* As TCP: bytes sent to a stream its application closed reset the writer,
+ * here a reply riding in the answer to the closer's FIN (the answer has no
+ * status of its own); and a reset after the peer's FIN reads as EOF and
+ * reports EPIPE (tcp_reset in CLOSE_WAIT), not ECONNRESET. */
+Test(stream, a_reply_in_the_answer_to_a_closed_streams_fin_resets_the_writer, .init = clean,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7010, &c, &s);
+	stream_close(P.a, c);
+	stream_run_once(P.a);
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while (!(stream_mask(s) & EPOLLRDHUP) && clock_now_ns() < end)
+		stream_run_once(P.b);
+	cr_assert_not_null(s->held, "the FIN's answer waits for a reply");
+	struct iovec w = {"late", 4};
+	cr_assert_eq(stream_send(P.b, s, &w, 1), 4, "in the held answer");
+	cr_assert_null(s->held);
+	cr_assert(pump_until(peer_reset, s), "the closed side resets the writer");
+	char buf[8];
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 0, "EOF, as tcp_recvmsg after a FIN");
+	cr_assert(stream_mask(s) & EPOLLERR);
+	cr_assert_eq(stream_take_error(s), EPIPE, "a reset in CLOSE_WAIT");
+	cr_assert_eq(stream_send(P.b, s, &w, 1), -EPIPE);
+}
+
 static uint16_t port_of(const struct sockaddr_storage *ss)
 {
 	return ((const struct sockaddr_in *)(const void *)ss)->sin_port;
@@ -459,7 +486,8 @@ Test(stream, a_closed_stream_whose_peer_never_ends_is_reset_after_the_fin_timeou
 
 	stream_test_set_fin_timeout(0);
 	cr_assert(pump_until(peer_reset, s), "the peer's side is reset at the timeout");
-	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), -ECONNRESET);
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 0, "EOF: its FIN came first");
+	cr_assert_eq(stream_take_error(s), EPIPE);
 	struct iovec w = {"late", 4};
 	cr_assert_eq(stream_send(P.b, s, &w, 1), -EPIPE, "a late write fails, as the kernel's");
 	cr_assert(stream_mask(s) & EPOLLHUP);

@@ -443,6 +443,46 @@ static void unread_client(struct peer *p)
 	close(fd);
 }
 
+/* ---- write_after_peer_close: a write to a peer that closed is reset, and the
+ * reset of a socket that had the peer's FIN (CLOSE_WAIT) reads as EOF and
+ * reports EPIPE, not ECONNRESET (tcp_reset; SOCK_DONE comes first in
+ * tcp_recvmsg) ----------------------------------------------------------------- */
+
+static void wpc_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	expect_rc(p, "send", send(fd, "hi", 2, 0), 2, 0);
+	expect_rc(p, "close", close(fd), 0, 0);
+	sync_send(p);
+	sync_wait(p);
+}
+
+static void wpc_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	sync_wait(p);
+	short ev = wait_for(fd, POLLRDHUP);
+	expect_int(p, "fin_comes", ev, POLLRDHUP);
+	expect_rc(p, "send_after_fin", send(fd, "x", 1, MSG_NOSIGNAL), 1, 0);
+	/* Events 0: poll returns once POLLERR or POLLHUP is there (the reset). */
+	expect_int(p, "reset_comes", wait_for(fd, 0), POLLERR | POLLHUP);
+	struct pollfd pfd = {.fd = fd, .events = POLLIN | POLLOUT | POLLRDHUP};
+	expect_rc(p, "poll_reset", poll(&pfd, 1, 0), 1, 0);
+	expect_int(p, "poll_reset_events", pfd.revents,
+		   POLLIN | POLLOUT | POLLRDHUP | POLLERR | POLLHUP);
+	char buf[8];
+	expect_rc(p, "recv_data", recv(fd, buf, sizeof(buf), 0), 2, 0);
+	expect_rc(p, "recv_eof", recv(fd, buf, sizeof(buf), 0), 0, 0);
+	expect_rc(p, "recv_eof_again", recv(fd, buf, sizeof(buf), 0), 0, 0);
+	int err = -1;
+	socklen_t len = sizeof(err);
+	expect_rc(p, "getsockopt", getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len), 0, 0);
+	expect_int(p, "so_error", err, EPIPE);
+	expect_rc(p, "send_after_reset", send(fd, "x", 1, MSG_NOSIGNAL), -1, EPIPE);
+	sync_send(p);
+	close(fd);
+}
+
 /* ---- reset_linger0: RST by SO_LINGER 0, then EPIPE and SIGPIPE -------------------- */
 
 static volatile sig_atomic_t sigpipes;
@@ -600,6 +640,7 @@ const struct scenario scen_stream[] = {
 	{"shutdown_wr", shut_server, shut_client, false},
 	{"close_unread", unread_server, unread_client, false},
 	{"reset_linger0", reset_server, reset_client, false},
+	{"write_after_peer_close", wpc_server, wpc_client, false},
 	{"peer_killed", killed_server, killed_client, true},
 	{"eof_wakes_reader", wake_server, wake_client, false},
 	{NULL, NULL, NULL, false},

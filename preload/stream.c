@@ -122,8 +122,11 @@ static bool st_tx_deferred;
  * A closed stream keeps its port (ph_wait) until the peer's side ends. One
  * whose peer keeps its side open for good (an orphaned FIN_WAIT2 in TCP's
  * terms) is given up after tcp_fin_timeout, as the kernel gives up on such
- * a socket. It is reset rather than dropped quietly, so the peer's stream
- * ends too before the port can serve another connection. Checked in
+ * a socket: without a word (the kernel's FIN_WAIT2 entry just expires), so
+ * the peer hears of it only if it writes, refused as a write to any closed
+ * stream is. The port goes back to the system, not to the pool, whose
+ * ports serve this process's next connections, quite likely to the same
+ * peer, which may still hold this one. Checked in
  * stream_run_once (each wait of the application, each progress tick), with
  * no timer of its own: a process asleep for good checks at its next
  * wake-up, and meanwhile only a connect of its own would want the port.
@@ -1102,15 +1105,13 @@ static unsigned stream_pay_owed(struct rpc *rpc)
 	return n;
 }
 
-/* Resets the closed streams whose peer kept its side open past the FIN
- * timeout (see st_fin_timeout_ns); each port goes back to the pool once
- * its reset is answered, as when the peer's FIN comes. */
-static unsigned stream_linger_expire(struct rpc *rpc)
+/* Lets go of the closed streams whose peer kept its side open past the
+ * FIN timeout (see st_fin_timeout_ns). */
+static void stream_linger_expire(struct rpc *rpc)
 {
 	uint64_t now = linger_now_ns();
 	if (now - st_linger_oldest < st_fin_timeout_ns)
-		return 0;
-	unsigned n = 0;
+		return;
 	uint64_t oldest = UINT64_MAX;
 	for (uint32_t i = 0; i < st_used; i++) {
 		struct stream *s = st_slots[i];
@@ -1121,13 +1122,11 @@ static unsigned stream_linger_expire(struct rpc *rpc)
 				oldest = s->closed_ns;
 			continue;
 		}
-		if (s->state == STREAM_OPEN && stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont) == 0)
-			n++;
-		s->ended = true;
-		stream_unlinger(s); /* may free s */
+		/* Not ended: stream_put closes the placeholder, no pool. */
+		s->ph_wait = false;
+		stream_put(s);
 	}
 	st_linger_oldest = oldest;
-	return n;
 }
 
 unsigned stream_run_once(struct rpc *rpc)
@@ -1146,7 +1145,7 @@ unsigned stream_run_once(struct rpc *rpc)
 	if (owed_head)
 		n += stream_pay_owed(rpc);
 	if (st_linger_oldest != UINT64_MAX)
-		n += stream_linger_expire(rpc);
+		stream_linger_expire(rpc);
 	if (n)
 		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 	work_update();

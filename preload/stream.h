@@ -135,7 +135,7 @@ struct stream *listener_pop(struct listener *l);
 void stream_forget_all(void);
 
 /* Tests only: how long a closed stream waits for the peer's FIN before
- * it is reset (as the kernel's tcp_fin_timeout, which it is otherwise). */
+ * it is let go (as the kernel's tcp_fin_timeout, which it is otherwise). */
 void stream_test_set_fin_timeout(uint64_t ns);
 
 /* Whether requests were queued since the last call (the caller then sends
@@ -153,7 +153,8 @@ bool stream_take_tx_pending(void);
  * the pass. A stream that received bytes in an answer owes the peer word
  * of them: that rides on its next request, or goes as a WINDOW once it is
  * STREAM_ACK_DELAY_NS old. A closed stream whose peer has not ended its
- * side within the FIN timeout is reset here. Returns the number of packets
+ * side within the FIN timeout is let go here, without a word to the peer
+ * (as the kernel's orphaned FIN_WAIT2). Returns the number of packets
  * received.
  */
 unsigned stream_run_once(struct rpc *rpc);

@@ -556,19 +556,43 @@ static int nic_udp_grow_buffer(int fd, int force_opt, int opt)
 	return got / 2;
 }
 
-/* Moves a socket made after start-up above the low descriptor numbers an
- * application expects socket() and open() to hand it. */
+/*
+ * Peer sockets live at half RLIMIT_NOFILE or above (as preload/phpool's
+ * hidden descriptors), never at a number the application would get next,
+ * and take at most a small share of its descriptors: a server with many
+ * client processes would otherwise run out of numbers long before the
+ * kernel's TCP would. Past the share, a peer sends from the nic's socket.
+ * The floor is capped, as the kernel's table grows to the highest number in
+ * use (and a fork copies it). Counted per process, as the limit is.
+ */
+#define NIC_UDP_HIDE_FLOOR_MAX 65536
+#define NIC_UDP_PEER_FD_SHARE 32
+static int nic_udp_peer_fds; /* atomic */
+
+/* Moves fd above the application's numbers and counts it; closes it and
+ * returns -1 if it cannot go there or the share is used up. */
 static int nic_udp_hide_fd(int fd)
 {
 	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
-	    rl.rlim_cur < 256 || rl.rlim_cur > INT_MAX)
-		return fd;
-	int high = fcntl(fd, F_DUPFD_CLOEXEC, (int)(rl.rlim_cur / 2));
-	if (high < 0)
-		return fd;
+	int high = -1;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 256) {
+		rlim_t lim = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT_MAX ? INT_MAX
+										: rl.rlim_cur;
+		int floor = lim / 2 < NIC_UDP_HIDE_FLOOR_MAX ? (int)(lim / 2) : NIC_UDP_HIDE_FLOOR_MAX;
+		int share = (int)(lim / NIC_UDP_PEER_FD_SHARE);
+		if (__atomic_add_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED) <= share)
+			high = fcntl(fd, F_DUPFD_CLOEXEC, floor);
+		if (high < 0)
+			__atomic_sub_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED);
+	}
 	close(fd);
 	return high;
+}
+
+static void nic_udp_peer_fd_close(int fd)
+{
+	close(fd);
+	__atomic_sub_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED);
 }
 
 /*
@@ -596,11 +620,13 @@ static int nic_udp_peer_socket(const struct nic_peer *p)
 	if (fd < 0)
 		return -1;
 	fd = nic_udp_hide_fd(fd);
+	if (fd < 0)
+		return -1;
 	nic_udp_grow_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF);
 	if (connect(fd, &a.sa, alen) != 0) {
 		log_debug("udp: no connected socket for a peer (%s); the nic's socket sends",
 			  strerror(errno));
-		close(fd);
+		nic_udp_peer_fd_close(fd);
 		return -1;
 	}
 	return fd;
@@ -653,7 +679,7 @@ static int nic_udp_peer_create(struct nic *nic, const struct nic_route *route,
 static void nic_udp_peer_destroy(struct nic *nic, struct nic_peer *peer)
 {
 	if (peer->fd >= 0)
-		close(peer->fd);
+		nic_udp_peer_fd_close(peer->fd);
 	free(peer);
 }
 

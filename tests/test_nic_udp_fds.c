@@ -1,0 +1,192 @@
+/* The UDP nic's per-peer sockets and the application's descriptors: never a
+ * number the application would get next, never more than a small share. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "transport/config.h"
+#include "transport/nic.h"
+#include "transport/nic_udp.h"
+#include "transport/stats.h"
+
+#define PEERS 200
+
+static const struct sockaddr_in loopback4 = {
+	.sin_family = AF_INET, .sin_port = 9, .sin_addr.s_addr = 0x0100007f /* 127.0.0.1 */};
+
+static struct nic *open_nic(const struct ferry_config *cfg, struct ferry_stats *st)
+{
+	char msg[256] = "";
+	int err = 0;
+	struct nic *n = nic_udp_open(cfg, st, &err, msg, sizeof(msg));
+	cr_assert_not_null(n, "nic_udp_open: %d %s", err, msg);
+	return n;
+}
+
+/* The number open() hands out next. */
+static int lowest_free_fd(void)
+{
+	int fd = open("/dev/null", O_RDONLY);
+	cr_assert_geq(fd, 0, "open: %s", strerror(errno));
+	close(fd);
+	return fd;
+}
+
+/* How many more descriptors the application could open right now. */
+static int room_left(void)
+{
+	static int fds[1 << 16];
+	int n = 0;
+	while (n < (int)(sizeof(fds) / sizeof(fds[0]))) {
+		int fd = open("/dev/null", O_RDONLY);
+		if (fd < 0) {
+			cr_assert_eq(errno, EMFILE);
+			break;
+		}
+		fds[n++] = fd;
+	}
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	return n;
+}
+
+static int highest_fd(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	cr_assert_not_null(d);
+	int top = -1;
+	for (struct dirent *e; (e = readdir(d));)
+		if (e->d_name[0] != '.' && atoi(e->d_name) > top)
+			top = atoi(e->d_name);
+	closedir(d);
+	return top;
+}
+
+/* Sets the soft limit to lim (the hard one stays). */
+static void set_nofile(rlim_t lim)
+{
+	struct rlimit rl;
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max < lim)
+		cr_skip_test("RLIMIT_NOFILE's hard limit %llu is below %llu",
+			     (unsigned long long)rl.rlim_max, (unsigned long long)lim);
+	rl.rlim_cur = lim;
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
+static void send_and_take(struct nic *a, struct nic_peer *to, struct nic *b, uint8_t tag)
+{
+	uint8_t buf[40];
+	memset(buf, tag, sizeof(buf));
+	struct nic_tx tx = {.peer = to, .nsge = 1, .sge = {{.addr = buf, .len = sizeof(buf)}}};
+	cr_assert_eq(nic_tx_burst(a, &tx, 1), 1);
+	struct nic_rx rx;
+	unsigned got = 0;
+	for (int tries = 0; tries < 100 && !got; tries++) {
+		got = nic_rx_burst(b, &rx, 1);
+		if (!got && nic_arm_notify(b) == 0) {
+			struct pollfd pfd = {.fd = nic_notify_fd(b), .events = POLLIN};
+			poll(&pfd, 1, 20);
+		}
+	}
+	cr_assert_eq(got, 1);
+	cr_assert_eq(rx.len, sizeof(buf));
+	cr_assert_eq(rx.pkt[0], tag);
+	nic_post_recvs(b, &rx.buf, 1);
+}
+
+/*
+ * A server with many client processes holds one peer per process. Their
+ * sockets live above the numbers the application uses, and are few: with
+ * more peers than that, the later ones send from the nic's socket, so the
+ * application neither sees other numbers nor runs out of descriptors
+ * sooner than it would without ferry.
+ */
+Test(nic_udp_fds, many_peers_leave_the_application_its_descriptors, .timeout = 60)
+{
+	set_nofile(256);
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	struct ferry_stats sa = {0}, sb = {0};
+	struct nic *a = open_nic(&cfg, &sa);
+	struct nic *b = open_nic(&cfg, &sb);
+	struct nic_route r;
+	nic_local_route(b, &r);
+	nic_route_fixup(a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
+
+	int low = lowest_free_fd();
+	int room = room_left();
+	static struct nic_peer *peers[PEERS];
+	for (int i = 0; i < PEERS; i++) {
+		cr_assert_eq(nic_peer_create(a, &r, &peers[i]), 0);
+		cr_assert_eq(lowest_free_fd(), low, "peer %d took a low number", i);
+	}
+	/* A few descriptors may go to the peers, never most of them. */
+	int after = room_left();
+	cr_assert_geq(after, room - room / 8, "room for %d descriptors, %d before", after, room);
+	/* Every peer is reached, with its own socket or the nic's. */
+	send_and_take(a, peers[0], b, 1);
+	send_and_take(a, peers[PEERS - 1], b, 2);
+	for (int i = 0; i < PEERS; i++)
+		nic_peer_destroy(a, peers[i]);
+	cr_assert_eq(room_left(), room);
+	nic_close(a);
+	nic_close(b);
+}
+
+/* Too low a limit to hide anything: no peer takes a number of its own. */
+Test(nic_udp_fds, a_small_limit_changes_no_numbers, .timeout = 30)
+{
+	set_nofile(64);
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	struct ferry_stats sa = {0}, sb = {0};
+	struct nic *a = open_nic(&cfg, &sa);
+	struct nic *b = open_nic(&cfg, &sb);
+	struct nic_route r;
+	nic_local_route(b, &r);
+	nic_route_fixup(a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
+	int low = lowest_free_fd();
+	struct nic_peer *p;
+	cr_assert_eq(nic_peer_create(a, &r, &p), 0);
+	cr_assert_eq(lowest_free_fd(), low);
+	send_and_take(a, p, b, 3);
+	nic_peer_destroy(a, p);
+	nic_close(a);
+	nic_close(b);
+}
+
+/*
+ * With a huge limit the socket still sits at a moderate number: the kernel's
+ * table grows to the highest number in use (and a fork copies it), so a
+ * socket at half of a million-descriptor limit would cost megabytes.
+ */
+Test(nic_udp_fds, a_huge_limit_keeps_the_table_small, .timeout = 30)
+{
+	set_nofile(1 << 20);
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	struct ferry_stats sa = {0}, sb = {0};
+	struct nic *a = open_nic(&cfg, &sa);
+	struct nic *b = open_nic(&cfg, &sb);
+	struct nic_route r;
+	nic_local_route(b, &r);
+	nic_route_fixup(a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
+	int low = lowest_free_fd();
+	struct nic_peer *p;
+	cr_assert_eq(nic_peer_create(a, &r, &p), 0);
+	cr_assert_eq(lowest_free_fd(), low);
+	cr_assert_lt(highest_fd(), 65536 + 4096);
+	send_and_take(a, p, b, 4);
+	nic_peer_destroy(a, p);
+	nic_close(a);
+	nic_close(b);
+}

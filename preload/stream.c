@@ -134,9 +134,10 @@ static bool st_tx_deferred;
 #define STREAM_FIN_TIMEOUT_DEFAULT_NS (60ull * 1000000000ull)
 static uint64_t st_fin_timeout_ns = STREAM_FIN_TIMEOUT_DEFAULT_NS;
 static bool st_fin_timeout_set;
-/* No later than the earliest closed_ns of a lingering stream; UINT64_MAX:
- * none lingers. */
+/* No later than the earliest closed_ns of a lingering stream; UINT64_MAX
+ * whenever none lingers, so stream_run_once reads no clock then. */
 static uint64_t st_linger_oldest = UINT64_MAX;
+static unsigned st_nlinger; /* streams in ph_wait */
 
 bool stream_tx_deferred(void)
 {
@@ -328,12 +329,18 @@ void stream_set_file(struct stream *s, struct ffile *file)
 /* A closed stream that kept its placeholder for the peer's side (ph_wait)
  * lets it go once that side ended. Only where the caller holds s by
  * another reference, or uses it no more. */
+static void stream_linger_end(struct stream *s)
+{
+	s->ph_wait = false;
+	if (--st_nlinger == 0)
+		st_linger_oldest = UINT64_MAX;
+	stream_put(s);
+}
+
 static void stream_unlinger(struct stream *s)
 {
-	if (s->ph_wait && s->ended) {
-		s->ph_wait = false;
-		stream_put(s);
-	}
+	if (s->ph_wait && s->ended)
+		stream_linger_end(s);
 }
 
 static void stream_fail(struct stream *s, int err)
@@ -719,6 +726,7 @@ void stream_close(struct rpc *rpc, struct stream *s)
 	if (s->ph_fd >= 0 && !s->ended && !s->ph_wait) {
 		s->ph_wait = true;
 		s->refs++;
+		st_nlinger++;
 		s->closed_ns = linger_now_ns();
 		if (s->closed_ns < st_linger_oldest)
 			st_linger_oldest = s->closed_ns;
@@ -770,6 +778,7 @@ void stream_forget_all(void)
 	ack_npending = 0;
 	held_head = owed_head = NULL;
 	st_linger_oldest = UINT64_MAX;
+	st_nlinger = 0;
 	work_update();
 	rxbuf_spares_release();
 	while (listeners) {
@@ -1123,10 +1132,10 @@ static void stream_linger_expire(struct rpc *rpc)
 			continue;
 		}
 		/* Not ended: stream_put closes the placeholder, no pool. */
-		s->ph_wait = false;
-		stream_put(s);
+		stream_linger_end(s);
 	}
-	st_linger_oldest = oldest;
+	if (st_nlinger)
+		st_linger_oldest = oldest;
 }
 
 unsigned stream_run_once(struct rpc *rpc)

@@ -1035,6 +1035,7 @@ FERRY_EXPORT int shutdown(int fd, int how)
 		return libc()->shutdown(fd, how);
 	struct fsock *sk = f->priv;
 	int rc = 1;
+	bool fresh = false;
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
 		rc = -EINVAL;
 	} else if (f->kind == FFILE_SOCK) {
@@ -1042,13 +1043,19 @@ FERRY_EXPORT int shutdown(int fd, int how)
 		if (sk->state == FSOCK_STREAM) {
 			rc = stream_shutdown(ferry.rpc, sk->stream, how);
 		}
+		fresh = sk->state == FSOCK_NEW;
 		ferry_unlock();
 	}
-	if (rc == 1)
+	if (rc == 1) {
 		sock_kernel_own(f, fd);
+		rc = libc()->shutdown(fd, how) == 0 ? 0 : -errno;
+		/* An unconnected socket says ENOTCONN but is shut all the same
+		 * (inet_shutdown): shut for reading, tcp_poll finds it readable
+		 * at EOF as well as writable and hung up (sock_adopt's mask). */
+		if (fresh && how != SHUT_WR)
+			ffile_notify(f, EPOLLIN | EPOLLOUT | EPOLLHUP | EPOLLRDHUP, EPOLLIN | EPOLLRDHUP);
+	}
 	ffile_put(&fdtab, f);
-	if (rc == 1)
-		return libc()->shutdown(fd, how);
 	return (int)ferry_ret(rc);
 }
 

@@ -483,6 +483,44 @@ static void wpc_client(struct peer *p)
 	close(fd);
 }
 
+/* ---- unconnected_poll: a socket neither connected nor listening polls writable
+ * and hung up (tcp_poll, TCP_CLOSE); shut for reading (which says ENOTCONN but
+ * sets the flag), it is readable at EOF too ------------------------------------- */
+
+static void unconn_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	char c;
+	expect_rc(p, "recv", recv(fd, &c, 1, 0), 1, 0);
+	close(fd);
+}
+
+static short poll_now(int fd)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLIN | POLLOUT | POLLRDHUP};
+	return poll(&pfd, 1, 0) == 1 ? pfd.revents : 0;
+}
+
+static void unconn_client(struct peer *p)
+{
+	int a = socket(AF_INET, SOCK_STREAM, 0);
+	expect_int(p, "fresh", poll_now(a), POLLOUT | POLLHUP);
+	expect_rc(p, "shut_wr", shutdown(a, SHUT_WR), -1, ENOTCONN);
+	expect_int(p, "after_shut_wr", poll_now(a), POLLOUT | POLLHUP);
+	expect_rc(p, "shut_rd", shutdown(a, SHUT_RD), -1, ENOTCONN);
+	expect_int(p, "after_shut_rd", poll_now(a), POLLIN | POLLOUT | POLLHUP | POLLRDHUP);
+	char c;
+	expect_rc(p, "recv_after_shut_rd", recv(a, &c, 1, MSG_DONTWAIT), 0, 0);
+	close(a);
+	int b = socket(AF_INET, SOCK_STREAM, 0);
+	expect_rc(p, "shut_rdwr", shutdown(b, SHUT_RDWR), -1, ENOTCONN);
+	expect_int(p, "after_shut_rdwr", poll_now(b), POLLIN | POLLOUT | POLLHUP | POLLRDHUP);
+	close(b);
+	int fd = tcp_connect(p, p->port);
+	expect_rc(p, "send", send(fd, "x", 1, 0), 1, 0);
+	close(fd);
+}
+
 /* ---- reset_linger0: RST by SO_LINGER 0, then EPIPE and SIGPIPE -------------------- */
 
 static volatile sig_atomic_t sigpipes;
@@ -641,6 +679,7 @@ const struct scenario scen_stream[] = {
 	{"close_unread", unread_server, unread_client, false},
 	{"reset_linger0", reset_server, reset_client, false},
 	{"write_after_peer_close", wpc_server, wpc_client, false},
+	{"unconnected_poll", unconn_server, unconn_client, false},
 	{"peer_killed", killed_server, killed_client, true},
 	{"eof_wakes_reader", wake_server, wake_client, false},
 	{NULL, NULL, NULL, false},

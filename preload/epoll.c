@@ -720,9 +720,14 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 			__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
 			return n;
 		}
-		ep_nic_watch(ep);
+		/* Not armed (see wait_arm): the nic's fd would wake us for
+		 * packets whoever holds the loop is about to take. */
+		bool nic = armed >= 0;
+		if (nic)
+			ep_nic_watch(ep);
 		int k = ep_kernel(ep, events, max, ms_until(deadline), sigmask);
-		ep_nic_unwatch(ep);
+		if (nic)
+			ep_nic_unwatch(ep);
 		__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
 		if (k < 0)
 			return k;

@@ -183,10 +183,34 @@ void wait_spin_once(void)
 		sched_yield();
 }
 
+/*
+ * A thread that finds the loop busy looks again, yielding in between (the
+ * holder's pass is short), but only so many times in a row: then it sleeps
+ * without the nic's fd, leaving the packets to the holder (and to the
+ * progress thread's tick), so a holder that does not let go (the exit
+ * drain, a fork, a stopped thread) keeps nobody off its kernel fds and its
+ * signals, nor spinning.
+ */
+#define WAIT_BUSY_TURNS 64
+static __thread unsigned wait_busy_turns __attribute__((tls_model("initial-exec")));
+
+static int wait_arm_ops(const struct wait_progress_ops *ops)
+{
+	int rc = ops->arm();
+	if (rc != -EBUSY) {
+		wait_busy_turns = 0;
+		return rc;
+	}
+	if (++wait_busy_turns < WAIT_BUSY_TURNS)
+		return -EBUSY;
+	wait_busy_turns = 0;
+	return -1;
+}
+
 int wait_arm(void)
 {
 	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
-	return ops ? ops->arm() : -1;
+	return ops ? wait_arm_ops(ops) : -1;
 }
 
 unsigned wait_spin_us(void)
@@ -200,7 +224,7 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
 	int nfd = -1;
 	if (ops) {
-		nfd = ops->arm();
+		nfd = wait_arm_ops(ops);
 		if (nfd == -EAGAIN) {
 			ops->run();
 			return 0;

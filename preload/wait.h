@@ -68,7 +68,8 @@ void wait_flush(void);
  * peer process that shares it (a client and server on one core) until the
  * spin ran out; one that just got packets has work and no peer to wait for. */
 void wait_spin_once(void);
-/* ops->arm, or -1 when there is no transport. */
+/* ops->arm, or -1 when there is no transport; after some -EBUSY in a row
+ * from this thread, -1 (sleep without the nic's fd, see wait.c). */
 int wait_arm(void);
 unsigned wait_spin_us(void);
 

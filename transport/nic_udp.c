@@ -266,7 +266,13 @@ static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts,
 		 * lost as if on the wire and the burst goes on.
 		 */
 		u->tx_failures += u->tx_pkts[done];
-		nic_udp_report_failure(pkts[accepted].peer, err);
+		/* A refusal is an earlier datagram's ICMP answer: the peer's
+		 * port has gone, which mgmt reports as the peer's death. It must
+		 * not use up the one warning a real failure gets. */
+		if (err == ECONNREFUSED)
+			log_debug("udp: a peer's port is gone (packet dropped)");
+		else
+			nic_udp_report_failure(pkts[accepted].peer, err);
 		accepted += u->tx_pkts[done++];
 	}
 	return accepted;

@@ -195,6 +195,13 @@ static void fin_timeout_read(void)
 		st_fin_timeout_ns = (uint64_t)sec * 1000000000ull;
 }
 
+static uint64_t st_ack_delay_ns = STREAM_ACK_DELAY_NS;
+
+void stream_test_set_ack_delay(uint64_t ns)
+{
+	st_ack_delay_ns = ns;
+}
+
 void stream_test_set_fin_timeout(uint64_t ns)
 {
 	st_fin_timeout_set = true;
@@ -1084,7 +1091,7 @@ unsigned stream_release_held(struct rpc *rpc)
 }
 
 /* Sends a WINDOW for bytes that came in answers and that no request of
- * ours has acknowledged for STREAM_ACK_DELAY_NS. */
+ * ours has acknowledged for STREAM_ACK_DELAY_NS (st_ack_delay_ns). */
 static unsigned stream_pay_owed(struct rpc *rpc)
 {
 	unsigned n = 0;
@@ -1100,7 +1107,7 @@ static unsigned stream_pay_owed(struct rpc *rpc)
 		if (owed) {
 			if (!now)
 				now = clock_now_ns();
-			if (now - s->owed_since < STREAM_ACK_DELAY_NS) {
+			if (now - s->owed_since < st_ack_delay_ns) {
 				pp = &s->owed_next;
 				continue;
 			}

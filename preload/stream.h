@@ -137,6 +137,9 @@ void stream_forget_all(void);
 /* Tests only: how long a closed stream waits for the peer's FIN before
  * it is let go (as the kernel's tcp_fin_timeout, which it is otherwise). */
 void stream_test_set_fin_timeout(uint64_t ns);
+/* Tests only: how long bytes that came in an answer wait for a request of
+ * ours to acknowledge them before a WINDOW goes on its own (1 ms). */
+void stream_test_set_ack_delay(uint64_t ns);
 
 /* Whether requests were queued since the last call (the caller then sends
  * them: rpc_flush). */

@@ -137,10 +137,11 @@ static void *progress_main(void *arg)
 		}
 		if (armed == 1)
 			continue;
-		/* The nic's fd is registered exclusively everywhere, and this
-		 * instance registered first, so while it holds the fd the kernel
-		 * wakes this thread before any application thread: hold it only
-		 * while the application is away. */
+		/* The nic's fd is registered exclusively everywhere (by an
+		 * application thread only while it sleeps, ep_nic_watch), and the
+		 * kernel wakes the first registered instance with a sleeper: held
+		 * here, it would take packets from application threads that
+		 * registered later, so only while the application is away. */
 		bool want = armed == 0;
 		if (want != watching) {
 			struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,

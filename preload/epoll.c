@@ -447,6 +447,14 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 	return rc;
 }
 
+void epoll_fork_child(struct ffile *f)
+{
+	struct fepoll *ep = f->priv;
+	ep->nic_users = 0;
+	ep->notify_fd = -1;
+	__atomic_store_n(&ep->sleepers, 0, __ATOMIC_RELAXED);
+}
+
 void epoll_mark_watched(struct ffile *f)
 {
 	struct fepoll *ep = f->priv;

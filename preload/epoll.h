@@ -2,9 +2,10 @@
  * epoll over ferry files. An epoll instance stays the kernel's until a ferry
  * fd is added to it; it then gets a user-space interest and ready list for
  * ferry files, while plain fds stay registered in the kernel instance. The
- * kernel instance also holds a wake-up eventfd and the nic's notification
- * fd, so it remains the thing a thread sleeps on, and other epolls or poll
- * can watch it (an epoll fd inside another epoll works as in the kernel).
+ * kernel instance also holds a wake-up eventfd and, while a thread sleeps
+ * there, the nic's notification fd, so it remains the thing a thread sleeps
+ * on, and other epolls or poll can watch it (an epoll fd inside another
+ * epoll works as in the kernel).
  *
  * Lock order: rpc lock, then a file's wlock, then an instance's lock.
  */
@@ -46,7 +47,13 @@ int fepoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 int fepoll_wait(int epfd, struct epoll_event *events, int max, const struct timespec *timeout,
 		const sigset_t *sigmask);
 
-/* The nic's notification fd, added to instances as they convert (-1: none). */
+/* The nic's notification fd, added to an instance while a thread sleeps
+ * there (-1: none). */
 void epoll_set_notify_fd(int fd);
+
+/* In a fork child: the threads that slept on the instance are gone, and so
+ * is their claim on the nic's fd (the kernel instance, shared with the
+ * parent, is left as it is). */
+void epoll_fork_child(struct ffile *f);
 
 #endif

@@ -12,6 +12,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "preload/epoll.h"
 #include "preload/export.h"
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
@@ -26,6 +27,8 @@
 static void fork_kill_file(struct ffile *f, void *arg)
 {
 	(void)arg;
+	if (f->kind == FFILE_EPOLL)
+		epoll_fork_child(f);
 	if (f->kind != FFILE_SOCK)
 		return;
 	/* The child's copy of the hidden descriptor would keep the parent's

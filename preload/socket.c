@@ -331,6 +331,15 @@ void sock_passed(const struct msghdr *msg)
 				continue;
 			struct ffile *f = sock_get(fd);
 			if (f) {
+				const struct fsock *sk = f->priv;
+				if (f->kind == FFILE_SOCK && sk && sk->stream)
+					ferry_log_once(FERRY_LOG_WARN,
+						       "fd %d, a connection ferry carries, was passed to "
+						       "another process (SCM_RIGHTS): the connection "
+						       "cannot follow, and the other process gets an "
+						       "unconnected socket; leave its port to the kernel "
+						       "with FERRY_PORTS",
+						       fd);
 				sock_kernel_own(f, fd);
 				ffile_put(&fdtab, f);
 			}

@@ -76,6 +76,42 @@ Test(sharing, a_socket_passed_with_scm_rights_is_never_reused, .timeout = 30)
 	close(sv[1]);
 }
 
+/* A connection ferry carries cannot follow its descriptor into another
+ * process: the one who passes it is told, in the log. */
+Test(sharing, passing_a_ferry_connection_says_it_cannot_follow, .timeout = 30)
+{
+	env_udp();
+	char log[] = "/tmp/ferry-sharing-log.XXXXXX";
+	int lf = mkstemp(log);
+	cr_assert_geq(lf, 0);
+	close(lf);
+	setenv("FERRY_LOG_FILE", log, 1);
+	setenv("FERRY_LOG", "warn", 1);
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(c, (struct sockaddr *)&a, sizeof(a)), 0, "%s", strerror(errno));
+	int srv = accept(lis, NULL, NULL);
+	cr_assert_geq(srv, 0);
+	int sv[2];
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	pass_fd(sv[0], c);
+	FILE *f = fopen(log, "r");
+	cr_assert_not_null(f);
+	char line[512];
+	bool told = false;
+	while (!told && fgets(line, sizeof(line), f))
+		told = strstr(line, "SCM_RIGHTS") != NULL;
+	fclose(f);
+	unlink(log);
+	cr_assert(told, "no word of the passed connection in the log");
+	close(sv[0]);
+	close(sv[1]);
+	close(srv);
+	close(c);
+	close(lis);
+}
+
 Test(sharing, a_socket_a_spawned_child_inherits_is_never_reused, .timeout = 30)
 {
 	env_udp();

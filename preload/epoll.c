@@ -10,6 +10,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+/* Out of memory, an add fails (leaving hh.tbl NULL) instead of exiting. */
+#define HASH_NONFATAL_OOM 1
+#include <uthash.h>
 
 #include "preload/export.h"
 #include "preload/fdtable.h"
@@ -30,6 +33,9 @@ struct epitem {
 	uint32_t events;
 	epoll_data_t data;
 	bool ready, disabled, kernel;
+	bool named; /* in ep->oneshots: only while epitem_kernel_oneshot */
+	uint64_t token; /* its name in the one-shot instance, never reused */
+	UT_hash_handle hh;
 	struct epitem *rnext, *rprev; /* ready list (ep lock) */
 	struct epitem *fnext, *fprev; /* file's list (file wlock) */
 	struct epitem *enext, *eprev; /* instance's list (ep lock) */
@@ -48,11 +54,17 @@ struct fepoll {
 	int nic_users; /* threads asleep here that want the nic's fd */
 	unsigned calls;
 	bool kernel_hot; /* the last look at the kernel instance found events */
-	int kernel_oneshots; /* atomic, written under lock: items epitem_kernel_oneshot */
+	/* The kernel side of one-shot items of hybrid files lives in a kernel
+	 * instance of its own, nested in epfd: the kernel reports only data,
+	 * and an application's data can be anything, the same for two fds
+	 * included, so only ferry's names go in there (ep lock). */
+	int osfd; /* -1 until needed */
+	uint64_t next_token;
+	struct epitem *oneshots; /* by token */
 };
 
 /* Tags for our own fds in a kernel instance: addresses nothing else has. */
-static char ep_wake_tag, ep_notify_tag;
+static char ep_wake_tag, ep_notify_tag, ep_oneshot_tag;
 static int ep_notify_fd = -1;
 
 void epoll_set_notify_fd(int fd)
@@ -205,26 +217,73 @@ static bool epitem_kernel_oneshot(const struct epitem *it)
 	return it->kernel && (it->events & EPOLLONESHOT);
 }
 
-/* Sets it->kernel and it->events, keeping the instance's count (ep lock). */
+/* Sets it->kernel and it->events, keeping ep->oneshots (ep lock). */
 static void epitem_set(struct epitem *it, bool kernel, uint32_t events)
 {
 	struct fepoll *ep = it->ep;
-	int n = __atomic_load_n(&ep->kernel_oneshots, __ATOMIC_RELAXED) -
-		epitem_kernel_oneshot(it);
 	it->kernel = kernel;
 	it->events = events;
-	__atomic_store_n(&ep->kernel_oneshots, n + epitem_kernel_oneshot(it), __ATOMIC_RELAXED);
+	bool is = epitem_kernel_oneshot(it);
+	if (it->named && !is) {
+		HASH_DEL(ep->oneshots, it);
+		it->named = false;
+	} else if (!it->named && is) {
+		/* Unnamed (no memory): its kernel reports are dropped, and it
+		 * fires through ferry only. */
+		HASH_ADD(hh, ep->oneshots, token, sizeof(it->token), it);
+		it->named = it->hh.tbl != NULL;
+	}
 }
 
-/* Registers the item's fd in its instance's kernel epoll; returns whether
- * that worked. A fired one-shot goes in disarmed, as the kernel keeps one,
- * except that the kernel adds EPOLLERR and EPOLLHUP to any registration. */
-static bool epitem_kernel_add(struct epitem *it)
+/* The kernel instance ep's one-shot items go in, made on first use and
+ * watched from epfd under a tag (ep lock); -1 if that failed. */
+static int ep_oneshot_fd(struct fepoll *ep)
 {
-	struct epoll_event ev = {.events = it->events, .data = it->data};
+	if (ep->osfd >= 0)
+		return ep->osfd;
+	int fd = libc()->epoll_create1(EPOLL_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &ep_oneshot_tag};
+	if (libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+		libc()->close(fd);
+		return -1;
+	}
+	ep->osfd = fd;
+	return fd;
+}
+
+/* The registration of it's fd as the kernel should hold it: a fired
+ * one-shot goes in disarmed, as the kernel keeps one, except that the
+ * kernel adds EPOLLERR and EPOLLHUP to any registration (reports of a
+ * disarmed item of the one-shot instance are dropped). */
+static struct epoll_event epitem_kernel_event(const struct epitem *it, bool oneshot)
+{
+	struct epoll_event ev = {.events = it->events};
+	if (oneshot)
+		ev.data.u64 = it->token;
+	else
+		ev.data = it->data;
 	if (it->disabled)
 		ev.events &= (uint32_t)EP_FLAG_BITS;
-	return libc()->epoll_ctl(it->ep->epfd, EPOLL_CTL_ADD, it->fd, &ev) == 0;
+	return ev;
+}
+
+/* Registers the item's fd for its hybrid file in its instance's kernel
+ * epoll, a one-shot one under its token (ep lock); returns whether that
+ * worked. */
+static bool epitem_kernel_add(struct epitem *it)
+{
+	bool oneshot = it->events & EPOLLONESHOT;
+	int kfd = oneshot ? ep_oneshot_fd(it->ep) : it->ep->epfd;
+	struct epoll_event ev = epitem_kernel_event(it, oneshot);
+	return kfd >= 0 && libc()->epoll_ctl(kfd, EPOLL_CTL_ADD, it->fd, &ev) == 0;
+}
+
+/* The kernel instance holding it's registration (it->kernel, ep lock). */
+static int epitem_kernel_fd(const struct epitem *it)
+{
+	return epitem_kernel_oneshot(it) ? it->ep->osfd : it->ep->epfd;
 }
 
 /* Takes f out of every epoll set it is in; with to_kernel, each set first
@@ -237,9 +296,15 @@ static void epoll_file_detach(struct ffile *f, bool to_kernel)
 	while (it) {
 		struct epitem *next = it->fnext;
 		struct fepoll *ep = it->ep;
-		if (to_kernel && !it->kernel)
-			epitem_kernel_add(it);
 		pthread_mutex_lock(&ep->lock);
+		if (to_kernel && (!it->kernel || epitem_kernel_oneshot(it))) {
+			/* Ferry's name for a one-shot means nothing once the file
+			 * is the kernel's alone: it moves to epfd as the app's. */
+			if (it->kernel)
+				libc()->epoll_ctl(ep->osfd, EPOLL_CTL_DEL, it->fd, NULL);
+			struct epoll_event ev = epitem_kernel_event(it, false);
+			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, it->fd, &ev);
+		}
 		epitem_set(it, false, it->events);
 		ready_unlink(ep, it);
 		ep_items_unlink(ep, it);
@@ -258,10 +323,12 @@ void epoll_file_hybrid(struct ffile *f)
 {
 	pthread_mutex_lock(&f->wlock);
 	for (struct epitem *it = f->epitems; it; it = it->fnext) {
-		if (it->kernel || !epitem_kernel_add(it))
-			continue;
+		/* Under the instance's lock: the kernel may report a one-shot
+		 * as soon as it is registered, and is heard only for items in
+		 * ep->oneshots. */
 		pthread_mutex_lock(&it->ep->lock);
-		epitem_set(it, true, it->events);
+		if (!it->kernel && epitem_kernel_add(it))
+			epitem_set(it, true, it->events);
 		pthread_mutex_unlock(&it->ep->lock);
 	}
 	pthread_mutex_unlock(&f->wlock);
@@ -286,6 +353,7 @@ static void fepoll_release(struct ffile *file)
 		for (struct epitem *it = ep->items; it; it = it->enext) {
 			if (it->file != f)
 				continue;
+			epitem_set(it, false, it->events);
 			ready_unlink(ep, it);
 			ep_items_unlink(ep, it);
 			file_items_unlink(f, it);
@@ -296,6 +364,8 @@ static void fepoll_release(struct ffile *file)
 		pthread_mutex_unlock(&f->wlock);
 	}
 	libc()->close(ep->wakefd);
+	if (ep->osfd >= 0)
+		libc()->close(ep->osfd);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep);
 }
@@ -325,6 +395,7 @@ static struct ffile *fepoll_convert(int epfd, int *err)
 		return NULL;
 	}
 	ep->notify_fd = -1;
+	ep->osfd = -1;
 	struct ffile *f = ffile_new(&fdtab, FFILE_EPOLL);
 	if (!f) {
 		libc()->close(ep->wakefd);
@@ -392,6 +463,7 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 		it->fd = fd;
 		it->events = ev->events;
 		it->data = ev->data;
+		it->token = ++ep->next_token;
 		it->enext = ep->items;
 		if (it->enext)
 			it->enext->eprev = it;
@@ -415,11 +487,18 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 		}
 		it->data = ev->data;
 		it->disabled = false;
-		epitem_set(it, it->kernel, ev->events);
-		if (it->kernel)
-			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_MOD, fd, ev);
-		else if (f->hybrid && epitem_kernel_add(it))
+		/* A one-shot's kernel side is in the one-shot instance, under
+		 * ferry's name for it; anything else is in epfd as the app's. */
+		bool same = it->kernel && epitem_kernel_oneshot(it) == !!(ev->events & EPOLLONESHOT);
+		if (it->kernel && !same)
+			libc()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL, fd, NULL);
+		epitem_set(it, same, ev->events);
+		if (same) {
+			struct epoll_event kev = epitem_kernel_event(it, epitem_kernel_oneshot(it));
+			libc()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_MOD, fd, &kev);
+		} else if (f->hybrid && epitem_kernel_add(it)) {
 			epitem_set(it, true, it->events); /* it fired through ferry */
+		}
 		ready_unlink(ep, it);
 		check = true;
 		break;
@@ -429,7 +508,7 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 			break;
 		}
 		if (it->kernel)
-			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
+			libc()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL, fd, NULL);
 		epitem_set(it, false, it->events);
 		ready_unlink(ep, it);
 		ep_items_unlink(ep, it);
@@ -537,7 +616,7 @@ static int ep_harvest(struct fepoll *ep, struct epoll_event *out, int max)
 				if (it->kernel) {
 					/* Out of the kernel until a MOD: a registration
 					 * cannot be disarmed from outside. */
-					libc()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, it->fd, NULL);
+					libc()->epoll_ctl(ep->osfd, EPOLL_CTL_DEL, it->fd, NULL);
 					epitem_set(it, false, it->events);
 				}
 			} else if (!(it->events & EPOLLET)) {
@@ -568,27 +647,39 @@ static int ep_harvest(struct fepoll *ep, struct epoll_event *out, int max)
 	return n;
 }
 
-/* The kernel reported (and disarmed) a one-shot item of a hybrid file:
- * ferry's side goes too. Known by its data alone, as the kernel tells no
- * more; looked for only while the instance has such items. */
-static void ep_kernel_fired(struct fepoll *ep, epoll_data_t data)
+/*
+ * The one-shot instance has reports: the kernel disarmed those items, so
+ * ferry's side goes too, and each reaches the app with the app's data.
+ * Appends to ev[n..max); returns the new count. A report for a name no
+ * item has (a registration left behind by a file gone while its kernel
+ * file lives on elsewhere) or for a disarmed item is dropped.
+ */
+static int ep_oneshot_fired(struct fepoll *ep, struct epoll_event *ev, int n, int max)
 {
 	pthread_mutex_lock(&ep->lock);
-	for (struct epitem *it = ep->items; it; it = it->enext) {
-		if (epitem_kernel_oneshot(it) && !it->disabled && it->data.u64 == data.u64) {
-			it->disabled = true;
-			ready_unlink(ep, it);
-			break;
-		}
+	int k = ep->osfd < 0 ? 0 : libc()->epoll_pwait(ep->osfd, ev + n, max - n, 0, NULL);
+	int end = n + (k > 0 ? k : 0);
+	for (int i = n; i < end; i++) {
+		struct epitem *it;
+		HASH_FIND(hh, ep->oneshots, &ev[i].data.u64, sizeof(ev[i].data.u64), it);
+		if (!it || it->disabled)
+			continue;
+		it->disabled = true;
+		ready_unlink(ep, it);
+		ev[n].events = ev[i].events;
+		ev[n].data = it->data;
+		n++;
 	}
 	pthread_mutex_unlock(&ep->lock);
+	return n;
 }
 
-/* Removes our own entries from kernel results; returns the app's count. */
-static int ep_filter(struct fepoll *ep, struct epoll_event *ev, int k, bool *notified)
+/* Removes our own entries from kernel results, adding the one-shot
+ * instance's; returns the app's count. */
+static int ep_filter(struct fepoll *ep, struct epoll_event *ev, int k, int max, bool *notified)
 {
 	int n = 0;
-	bool oneshots = __atomic_load_n(&ep->kernel_oneshots, __ATOMIC_RELAXED) > 0;
+	bool oneshots = false;
 	for (int i = 0; i < k; i++) {
 		if (ev[i].data.ptr == &ep_wake_tag) {
 			ep_drain(ep);
@@ -598,10 +689,15 @@ static int ep_filter(struct fepoll *ep, struct epoll_event *ev, int k, bool *not
 			*notified = true;
 			continue;
 		}
-		if (oneshots)
-			ep_kernel_fired(ep, ev[i].data);
+		if (ev[i].data.ptr == &ep_oneshot_tag) {
+			oneshots = true;
+			continue;
+		}
 		ev[n++] = ev[i];
 	}
+	/* Room for at least one: the tag's slot; the rest wait, readable. */
+	if (oneshots)
+		n = ep_oneshot_fired(ep, ev, n, max);
 	return n;
 }
 
@@ -612,7 +708,7 @@ static int ep_kernel(struct fepoll *ep, struct epoll_event *ev, int max, int tim
 	if (k < 0)
 		return -errno;
 	bool notified = false;
-	k = ep_filter(ep, ev, k, &notified);
+	k = ep_filter(ep, ev, k, max, &notified);
 	/* A hint shared by the instance's waiters; a stale value only moves
 	 * one look at the kernel. */
 	__atomic_store_n(&ep->kernel_hot, k > 0, __ATOMIC_RELAXED);

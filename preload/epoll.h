@@ -5,7 +5,9 @@
  * kernel instance also holds a wake-up eventfd and, while a thread sleeps
  * there, the nic's notification fd, so it remains the thing a thread sleeps
  * on, and other epolls or poll can watch it (an epoll fd inside another
- * epoll works as in the kernel).
+ * epoll works as in the kernel). The kernel side of a hybrid file's one-shot
+ * items sits in a kernel instance of its own, nested under a tag, so a
+ * report is known for whose it is whatever data the application gave.
  *
  * Lock order: rpc lock, then a file's wlock, then an instance's lock.
  */

@@ -17,28 +17,9 @@
 #include "transport/nic_udp.h"
 #include "transport/stats.h"
 
+#include "nic_udp_test_util.h"
+
 #define PEERS 200
-
-static const struct sockaddr_in loopback4 = {
-	.sin_family = AF_INET, .sin_port = 9, .sin_addr.s_addr = 0x0100007f /* 127.0.0.1 */};
-
-static struct nic *open_nic(const struct ferry_config *cfg, struct ferry_stats *st)
-{
-	char msg[256] = "";
-	int err = 0;
-	struct nic *n = nic_udp_open(cfg, st, &err, msg, sizeof(msg));
-	cr_assert_not_null(n, "nic_udp_open: %d %s", err, msg);
-	return n;
-}
-
-/* The number open() hands out next. */
-static int lowest_free_fd(void)
-{
-	int fd = open("/dev/null", O_RDONLY);
-	cr_assert_geq(fd, 0, "open: %s", strerror(errno));
-	close(fd);
-	return fd;
-}
 
 /* How many more descriptors the application could open right now. */
 static int room_left(void)
@@ -89,18 +70,46 @@ static void send_and_take(struct nic *a, struct nic_peer *to, struct nic *b, uin
 	struct nic_tx tx = {.peer = to, .nsge = 1, .sge = {{.addr = buf, .len = sizeof(buf)}}};
 	cr_assert_eq(nic_tx_burst(a, &tx, 1), 1);
 	struct nic_rx rx;
-	unsigned got = 0;
-	for (int tries = 0; tries < 100 && !got; tries++) {
-		got = nic_rx_burst(b, &rx, 1);
-		if (!got && nic_arm_notify(b) == 0) {
-			struct pollfd pfd = {.fd = nic_notify_fd(b), .events = POLLIN};
-			poll(&pfd, 1, 20);
-		}
-	}
-	cr_assert_eq(got, 1);
+	cr_assert_eq(rx_wait(b, &rx, 1), 1);
 	cr_assert_eq(rx.len, sizeof(buf));
 	cr_assert_eq(rx.pkt[0], tag);
 	nic_post_recvs(b, &rx.buf, 1);
+}
+
+/* Two nics, and the route from a to b. */
+struct fds_pair {
+	struct ferry_config cfg;
+	struct ferry_stats sa, sb;
+	struct nic *a, *b;
+	struct nic_route r;
+};
+
+static void fds_open(struct fds_pair *p)
+{
+	memset(p, 0, sizeof(*p));
+	ferry_config_defaults(&p->cfg);
+	p->a = open_nic(&p->cfg, &p->sa);
+	p->b = open_nic(&p->cfg, &p->sb);
+	nic_local_route(p->b, &p->r);
+	nic_route_fixup(p->a, &p->r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
+}
+
+static void fds_close(struct fds_pair *p)
+{
+	nic_close(p->a);
+	nic_close(p->b);
+}
+
+/* One peer, made without taking the number the application gets next, and
+ * reached. */
+static void one_peer_keeps_the_numbers(struct fds_pair *p, uint8_t tag)
+{
+	int low = lowest_free_fd();
+	struct nic_peer *to;
+	cr_assert_eq(nic_peer_create(p->a, &p->r, &to), 0);
+	cr_assert_eq(lowest_free_fd(), low);
+	send_and_take(p->a, to, p->b, tag);
+	nic_peer_destroy(p->a, to);
 }
 
 /*
@@ -113,55 +122,35 @@ static void send_and_take(struct nic *a, struct nic_peer *to, struct nic *b, uin
 Test(nic_udp_fds, many_peers_leave_the_application_its_descriptors, .timeout = 60)
 {
 	set_nofile(256);
-	struct ferry_config cfg;
-	ferry_config_defaults(&cfg);
-	struct ferry_stats sa = {0}, sb = {0};
-	struct nic *a = open_nic(&cfg, &sa);
-	struct nic *b = open_nic(&cfg, &sb);
-	struct nic_route r;
-	nic_local_route(b, &r);
-	nic_route_fixup(a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
-
+	struct fds_pair p;
+	fds_open(&p);
 	int low = lowest_free_fd();
 	int room = room_left();
 	static struct nic_peer *peers[PEERS];
 	for (int i = 0; i < PEERS; i++) {
-		cr_assert_eq(nic_peer_create(a, &r, &peers[i]), 0);
+		cr_assert_eq(nic_peer_create(p.a, &p.r, &peers[i]), 0);
 		cr_assert_eq(lowest_free_fd(), low, "peer %d took a low number", i);
 	}
 	/* A few descriptors may go to the peers, never most of them. */
 	int after = room_left();
 	cr_assert_geq(after, room - room / 8, "room for %d descriptors, %d before", after, room);
 	/* Every peer is reached, with its own socket or the nic's. */
-	send_and_take(a, peers[0], b, 1);
-	send_and_take(a, peers[PEERS - 1], b, 2);
+	send_and_take(p.a, peers[0], p.b, 1);
+	send_and_take(p.a, peers[PEERS - 1], p.b, 2);
 	for (int i = 0; i < PEERS; i++)
-		nic_peer_destroy(a, peers[i]);
+		nic_peer_destroy(p.a, peers[i]);
 	cr_assert_eq(room_left(), room);
-	nic_close(a);
-	nic_close(b);
+	fds_close(&p);
 }
 
 /* Too low a limit to hide anything: no peer takes a number of its own. */
 Test(nic_udp_fds, a_small_limit_changes_no_numbers, .timeout = 30)
 {
 	set_nofile(64);
-	struct ferry_config cfg;
-	ferry_config_defaults(&cfg);
-	struct ferry_stats sa = {0}, sb = {0};
-	struct nic *a = open_nic(&cfg, &sa);
-	struct nic *b = open_nic(&cfg, &sb);
-	struct nic_route r;
-	nic_local_route(b, &r);
-	nic_route_fixup(a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
-	int low = lowest_free_fd();
-	struct nic_peer *p;
-	cr_assert_eq(nic_peer_create(a, &r, &p), 0);
-	cr_assert_eq(lowest_free_fd(), low);
-	send_and_take(a, p, b, 3);
-	nic_peer_destroy(a, p);
-	nic_close(a);
-	nic_close(b);
+	struct fds_pair p;
+	fds_open(&p);
+	one_peer_keeps_the_numbers(&p, 3);
+	fds_close(&p);
 }
 
 /*
@@ -172,21 +161,12 @@ Test(nic_udp_fds, a_small_limit_changes_no_numbers, .timeout = 30)
 Test(nic_udp_fds, a_huge_limit_keeps_the_table_small, .timeout = 30)
 {
 	set_nofile(1 << 20);
-	struct ferry_config cfg;
-	ferry_config_defaults(&cfg);
-	struct ferry_stats sa = {0}, sb = {0};
-	struct nic *a = open_nic(&cfg, &sa);
-	struct nic *b = open_nic(&cfg, &sb);
-	struct nic_route r;
-	nic_local_route(b, &r);
-	nic_route_fixup(a, &r, (const struct sockaddr *)&loopback4, sizeof(loopback4));
-	int low = lowest_free_fd();
-	struct nic_peer *p;
-	cr_assert_eq(nic_peer_create(a, &r, &p), 0);
-	cr_assert_eq(lowest_free_fd(), low);
+	struct fds_pair p;
+	fds_open(&p);
+	struct nic_peer *to;
+	cr_assert_eq(nic_peer_create(p.a, &p.r, &to), 0);
 	cr_assert_lt(highest_fd(), 65536 + 4096);
-	send_and_take(a, p, b, 4);
-	nic_peer_destroy(a, p);
-	nic_close(a);
-	nic_close(b);
+	nic_peer_destroy(p.a, to);
+	one_peer_keeps_the_numbers(&p, 4);
+	fds_close(&p);
 }

@@ -683,7 +683,10 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 		return rc; /* -EINTR: the connect goes on, as the kernel's does */
 	ferry_lock();
 	struct stream *s = sk->stream;
-	if (s->state == STREAM_FAILED)
+	/* Taken, then ended before this thread ran again (the peer wrote,
+	 * closed and left): the connect itself succeeded, as the kernel's does
+	 * at the SYN-ACK, and reads tell the rest. */
+	if (s->state == STREAM_FAILED && !s->established)
 		rc = s->err ? -stream_take_error(s) : -ECONNREFUSED;
 	ferry_unlock();
 	return rc;

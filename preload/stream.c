@@ -878,6 +878,7 @@ static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 		stream_notify(s, EPOLLOUT | EPOLLERR | EPOLLHUP);
 	} else {
 		s->state = STREAM_OPEN;
+		s->established = true;
 		stats_inc(ferry_stats()->streams_connected);
 		if (!s->file && /* closed while opening */
 		    stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont) == 0)

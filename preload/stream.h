@@ -49,6 +49,7 @@ struct stream {
 	enum stream_state state;
 	int err;              /* reported once by the next call, then cleared */
 	bool reset;           /* no traffic any more (reset, dead peer) */
+	bool established;     /* a client's OPEN was taken: connect succeeded */
 	bool rx_fin;          /* peer shut its write side at fin_seq */
 	uint64_t fin_seq;
 	bool rd_shut, wr_shut, fin_sent;

@@ -65,12 +65,6 @@ struct fepoll {
 
 /* Tags for our own fds in a kernel instance: addresses nothing else has. */
 static char ep_wake_tag, ep_notify_tag, ep_oneshot_tag;
-static int ep_notify_fd = -1;
-
-void epoll_set_notify_fd(int fd)
-{
-	__atomic_store_n(&ep_notify_fd, fd, __ATOMIC_RELEASE);
-}
 
 static void ep_signal(struct fepoll *ep)
 {
@@ -301,7 +295,7 @@ static void epoll_file_detach(struct ffile *f, bool to_kernel)
 			/* Ferry's name for a one-shot means nothing once the file
 			 * is the kernel's alone: it moves to epfd as the app's. */
 			if (it->kernel)
-				libc()->epoll_ctl(ep->osfd, EPOLL_CTL_DEL, it->fd, NULL);
+				libc()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL, it->fd, NULL);
 			struct epoll_event ev = epitem_kernel_event(it, false);
 			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, it->fd, &ev);
 		}
@@ -616,7 +610,8 @@ static int ep_harvest(struct fepoll *ep, struct epoll_event *out, int max)
 				if (it->kernel) {
 					/* Out of the kernel until a MOD: a registration
 					 * cannot be disarmed from outside. */
-					libc()->epoll_ctl(ep->osfd, EPOLL_CTL_DEL, it->fd, NULL);
+					libc()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL,
+							  it->fd, NULL);
 					epitem_set(it, false, it->events);
 				}
 			} else if (!(it->events & EPOLLET)) {
@@ -722,11 +717,10 @@ static int ep_kernel(struct fepoll *ep, struct epoll_event *ev, int max, int tim
  * while it is, every packet runs the instance's wake-up callback inside the
  * sender's system call, whether anyone sleeps or not.
  */
-static void ep_nic_watch(struct fepoll *ep)
+static void ep_nic_watch(struct fepoll *ep, int nfd)
 {
-	int nfd = __atomic_load_n(&ep_notify_fd, __ATOMIC_ACQUIRE);
 	pthread_mutex_lock(&ep->lock);
-	if (ep->nic_users++ == 0 && nfd >= 0 && ep->notify_fd < 0 &&
+	if (ep->nic_users++ == 0 && ep->notify_fd < 0 &&
 	    !__atomic_load_n(&ep->watched, __ATOMIC_RELAXED)) {
 		/* Exclusive: a packet wakes one sleeping thread, not all of them
 		 * (the others hear from it through their wake-up fds). Edge
@@ -828,7 +822,7 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		 * packets whoever holds the loop is about to take. */
 		bool nic = armed >= 0;
 		if (nic)
-			ep_nic_watch(ep);
+			ep_nic_watch(ep, armed);
 		int k = ep_kernel(ep, events, max, ms_until(deadline), sigmask);
 		if (nic)
 			ep_nic_unwatch(ep);

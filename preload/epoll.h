@@ -49,10 +49,6 @@ int fepoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 int fepoll_wait(int epfd, struct epoll_event *events, int max, const struct timespec *timeout,
 		const sigset_t *sigmask);
 
-/* The nic's notification fd, added to an instance while a thread sleeps
- * there (-1: none). */
-void epoll_set_notify_fd(int fd);
-
 /* In a fork child: the threads that slept on the instance are gone, and so
  * is their claim on the nic's fd (the kernel instance, shared with the
  * parent, is left as it is). */

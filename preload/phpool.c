@@ -157,6 +157,16 @@ static void pp_taken(int fd)
 	pp_taken_gen[fd] = pp_gen;
 }
 
+/* A new socket, hidden and noted as handed out. */
+static int pp_hide_taken(int fd)
+{
+	fd = pp_hide(fd);
+	pthread_mutex_lock(&pp_lock);
+	pp_taken(fd);
+	pthread_mutex_unlock(&pp_lock);
+	return fd;
+}
+
 /* fd was handed out since the last fork; under pp_lock. */
 static bool pp_keepable(int fd)
 {
@@ -196,11 +206,7 @@ int phpool_take(int domain)
 	fd = libc()->socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	fd = pp_hide(fd);
-	pthread_mutex_lock(&pp_lock);
-	pp_taken(fd);
-	pthread_mutex_unlock(&pp_lock);
-	return fd;
+	return pp_hide_taken(fd);
 }
 
 void phpool_give(int domain, int hfd)
@@ -253,11 +259,7 @@ int phpool_take_bound(int domain, const struct sockaddr *src, socklen_t slen,
 		c->close(fd);
 		return -err;
 	}
-	fd = pp_hide(fd);
-	pthread_mutex_lock(&pp_lock);
-	pp_taken(fd);
-	pthread_mutex_unlock(&pp_lock);
-	return fd;
+	return pp_hide_taken(fd);
 }
 
 void phpool_give_bound(int hfd, const struct sockaddr_storage *local, socklen_t llen)

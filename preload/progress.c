@@ -11,7 +11,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "preload/epoll.h"
 #include "preload/ferry.h"
 #include "preload/libc.h"
 #include "preload/stream.h"
@@ -210,7 +209,6 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg)
 		pg_efd = -1;
 		return -rc;
 	}
-	epoll_set_notify_fd(pg_notify_fd);
 	wait_set_progress(&pg_ops, cfg->spin_us);
 	return 0;
 }
@@ -218,7 +216,6 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg)
 void progress_forget(void)
 {
 	wait_set_progress(NULL, 0);
-	epoll_set_notify_fd(-1);
 	pg_rpc = NULL;
 	pg_efd = -1;
 }

@@ -1296,7 +1296,7 @@ static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_
 		 * it went away closed cleanly: reads end in EOF, writes fail; no
 		 * reset to report. Anything missing is a reset. */
 		if (s && s->session == session) {
-			stream_fail(s, s->rx_fin && s->rx.tail >= s->fin_seq ? 0 : ECONNRESET);
+			stream_fail(s, stream_fin_in(s) ? 0 : ECONNRESET);
 			stream_unlinger(s);
 		}
 	}

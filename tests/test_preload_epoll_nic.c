@@ -39,7 +39,6 @@ static const struct wait_progress_ops nic_ops = {.run = nic_run, .arm = nic_arm}
 static void use_nic(int fd)
 {
 	__atomic_store_n(&nic_fd, fd, __ATOMIC_RELEASE);
-	epoll_set_notify_fd(fd);
 	wait_set_progress(&nic_ops, 0);
 }
 
@@ -54,7 +53,6 @@ static void nic_init(void)
 static void nic_fini(void)
 {
 	wait_set_progress(NULL, 0);
-	epoll_set_notify_fd(-1);
 }
 
 TestSuite(epoll_nic, .init = nic_init, .fini = nic_fini, .timeout = 30);

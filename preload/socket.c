@@ -285,11 +285,17 @@ static void sock_let_go_each(struct ffile *f, void *arg)
  * it is simply the application's own from now on), and the pools close
  * theirs, so ferry never costs the application a descriptor it needs.
  */
-static void sock_reclaim(void)
+/* Every live socket lets go of its hidden descriptor. */
+static void sock_let_go_all(void)
 {
-	pthread_mutex_lock(&ph_lock);
+	pthread_mutex_lock(&ph_lock); /* before the table's, as everywhere */
 	fdtable_each(&fdtab, sock_let_go_each, NULL);
 	pthread_mutex_unlock(&ph_lock);
+}
+
+static void sock_reclaim(void)
+{
+	sock_let_go_all();
 	phpool_drain();
 	log_info("descriptors running short: placeholders are not pooled for now");
 }
@@ -297,7 +303,7 @@ static void sock_reclaim(void)
 void sock_kernel_own(struct ffile *f, int fd)
 {
 	struct fsock *sk = f->priv;
-	if (f->kind != FFILE_SOCK || !sk || __atomic_load_n(&sk->ph_fd, __ATOMIC_SEQ_CST) < 0)
+	if (f->kind != FFILE_SOCK || !sk || !sock_pooled_clean(sk))
 		return;
 	pthread_mutex_lock(&ph_lock);
 	sock_let_go(f, fd);
@@ -306,11 +312,8 @@ void sock_kernel_own(struct ffile *f, int fd)
 
 void sock_share_all(void)
 {
-	if (ferry_state() != FERRY_ON)
-		return;
-	pthread_mutex_lock(&ph_lock); /* before the table's, as everywhere */
-	fdtable_each(&fdtab, sock_let_go_each, NULL);
-	pthread_mutex_unlock(&ph_lock);
+	if (ferry_state() == FERRY_ON)
+		sock_let_go_all();
 }
 
 void sock_passed(const struct msghdr *msg)
@@ -349,13 +352,10 @@ void sock_passed(const struct msghdr *msg)
 
 /* The socket becomes the kernel's for good: registrations move to kernel
  * epolls, the numbers leave the table, waiters look again. The caller
- * holds a reference to f. */
+ * holds a reference to f and has made the kernel own it (sock_kernel_own). */
 static void sock_handoff(struct ffile *f)
 {
 	struct fsock *sk = f->priv;
-	int fd;
-	if (ffile_fds(&fdtab, f, &fd, 1))
-		sock_kernel_own(f, fd);
 	sock_drop_rendezvous(sk);
 	epoll_file_kernelize(f);
 	__atomic_store_n(&sk->kernel_gone, true, __ATOMIC_RELEASE);
@@ -388,6 +388,7 @@ static void count_fallback(int err)
 
 static int sock_kernel_connect(struct ffile *f, int fd, const struct sockaddr *a, socklen_t l)
 {
+	sock_kernel_own(f, fd);
 	sock_handoff(f);
 	return libc()->connect(fd, a, l) == 0 ? 0 : -errno;
 }

@@ -14,7 +14,8 @@
  * itself and never sleeps; the server spins FERRY_SPIN_US after the last
  * packet, then sleeps on the nic.
  */
-#define _GNU_SOURCE /* sched_setaffinity (bench/pin.h) */
+#include "autoconfig.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <netdb.h>

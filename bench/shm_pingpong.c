@@ -9,7 +9,8 @@
  * Prints one JSON line: {"test":"shm_pingpong","size":32,"p50_us":..,
  * "p99_us":..,"p999_us":..,"rtts":N,"memcpy_1mb_gbps":..} (Gbit/s).
  */
-#define _GNU_SOURCE
+#include "autoconfig.h"
+
 #include <getopt.h>
 #include <signal.h>
 #include <stdint.h>

@@ -12,7 +12,8 @@
  * "p999_us":..,"rtts":N,"lost":L}. A reply that does not come within a second
  * counts as lost and is left out of the percentiles.
  */
-#define _GNU_SOURCE
+#include "autoconfig.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>

@@ -4,6 +4,8 @@
  * the library and ends by opening the configured datapath for real.
  * Exit status 0 when that datapath opens, 1 otherwise.
  */
+#include "autoconfig.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>

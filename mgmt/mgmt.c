@@ -4,6 +4,8 @@
  * control sockets, the listeners' rendezvous sockets and the queue. The
  * session work it drives is in mgmt_session.c.
  */
+#include "autoconfig.h"
+
 #include "mgmt/mgmt.h"
 
 #include <errno.h>

@@ -1,4 +1,6 @@
 /* Kernel UDP for the management thread. */
+#include "autoconfig.h"
+
 #include "mgmt/mgmt_net.h"
 
 #include <arpa/inet.h>

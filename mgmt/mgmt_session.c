@@ -3,6 +3,8 @@
  * side), duplicate suppression, peers, heartbeats and failure detection.
  * Runs on the management thread only (see mgmt_internal.h).
  */
+#include "autoconfig.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

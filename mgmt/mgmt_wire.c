@@ -1,4 +1,6 @@
 /* Management messages: little-endian, fixed layout per type, no padding. */
+#include "autoconfig.h"
+
 #include "mgmt/mgmt_wire.h"
 
 #include <errno.h>

@@ -1,4 +1,6 @@
 /* A process's ferry state, built bottom-up and torn down top-down. */
+#include "autoconfig.h"
+
 #include "mgmt/nexus.h"
 
 #include <errno.h>

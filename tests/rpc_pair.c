@@ -1,4 +1,6 @@
 /* Two connected rpc endpoints in one test process. */
+#include "autoconfig.h"
+
 #include "tests/rpc_pair.h"
 
 #include <arpa/inet.h>

@@ -1,4 +1,6 @@
 /* FERRY_* parsing: good values taken, bad ones refused with the variable and what it accepts. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdlib.h>

@@ -3,6 +3,8 @@
  * continuation completes with -ECONNRESET once heartbeats go unanswered,
  * and the client stays usable.
  */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <errno.h>

@@ -1,4 +1,6 @@
 /* Session handshake over the management channel: two nexuses in one process over udp. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdatomic.h>

@@ -1,4 +1,6 @@
 /* Management messages: round trips and every refusal. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <string.h>

@@ -1,4 +1,6 @@
 /* msgbuf layout (eRPC's): header 0 before the data, the rest after it. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,6 @@
 /* The in-process test nic: delivery, overflow drops, notify fd, two threads. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <poll.h>

@@ -1,4 +1,6 @@
 /* The kernel UDP nic over loopback: bytes, bursts, buffer reuse, routes, foreign datagrams. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <errno.h>

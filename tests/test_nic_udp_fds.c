@@ -1,5 +1,7 @@
 /* The UDP nic's per-peer sockets and the application's descriptors: never a
  * number the application would get next, never more than a small share. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>

@@ -1,4 +1,6 @@
 /* Packet header: encode/decode round trip and every refusal reason. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <string.h>
 

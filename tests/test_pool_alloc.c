@@ -1,4 +1,6 @@
 /* The registered buffer pool: classes, reuse, limits, and the memlock check. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <string.h>

@@ -1,5 +1,7 @@
 /* Stream receive side: in-order and out-of-order placement, the window
  * bound, peeking, wrap-around, and when a window update is due. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <string.h>

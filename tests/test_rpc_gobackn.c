@@ -5,6 +5,8 @@
  * waiting for the retransmission timeout; a lost last packet, which leaves
  * no gap to see, waits for the timeout.
  */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <string.h>
 

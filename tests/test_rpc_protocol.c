@@ -4,6 +4,8 @@
  * exhaustion, loss/duplication/reordering with exactly-once execution,
  * deferred responses, session reset, and hostile packets.
  */
+#include "autoconfig.h"
+
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>

@@ -4,6 +4,8 @@
  * verified; then the server is SIGKILLed with requests pending, and each of
  * them fails within twice the failure timeout while the client stays usable.
  */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <errno.h>

@@ -1,4 +1,6 @@
 /* nic_ib on softib between two processes: 1,000,000 packets, none corrupted. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdlib.h>

@@ -1,4 +1,6 @@
 /* ferry-doctor: reports what it must and says what to fix. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

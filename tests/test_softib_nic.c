@@ -1,4 +1,6 @@
 /* nic_ib on softib: two nics on one fabric in one process, through nic.h only. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <poll.h>

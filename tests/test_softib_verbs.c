@@ -1,5 +1,7 @@
 /* softib conformance: what a real UD verbs device does, checked through the
  * public libibverbs types and the inline datapath calls. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>

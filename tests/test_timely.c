@@ -1,5 +1,7 @@
 /* Timely: line rate when RTT is low, decrease on high RTT or rising RTT,
  * additive and hyperactive increase when it falls, and the rate bounds. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,6 @@
 /* Timing wheel: time order, FIFO per slot, clamping, pool limits, wraparound. */
+#include "autoconfig.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdlib.h>

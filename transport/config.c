@@ -1,4 +1,6 @@
 /* FERRY_* environment parsing: every value checked, every refusal explained. */
+#include "autoconfig.h"
+
 #include "transport/config.h"
 
 #include <errno.h>

@@ -1,4 +1,6 @@
 /* Seeded fault decisions for the receive path. */
+#include "autoconfig.h"
+
 #include "transport/fault.h"
 
 void fault_init(struct fault *f, const struct ferry_fault_config *cfg)

@@ -1,4 +1,6 @@
 /* ferry's diagnostics. */
+#include "autoconfig.h"
+
 #include "transport/log.h"
 
 #include <errno.h>

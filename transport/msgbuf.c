@@ -1,4 +1,6 @@
 /* msgbuf layout. */
+#include "autoconfig.h"
+
 #include "transport/msgbuf.h"
 
 static uint32_t header_slots(uint32_t max_data_size)

@@ -1,4 +1,6 @@
 /* nic_open: picks the datapath FERRY_TRANSPORT names and says why. */
+#include "autoconfig.h"
+
 #include "transport/nic.h"
 
 #include <errno.h>

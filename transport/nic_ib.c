@@ -5,6 +5,8 @@
  * libibverbs' inline dispatch through ibv_context.ops, which both providers
  * fill; everything else goes through nic->api.
  */
+#include "autoconfig.h"
+
 #include "transport/nic.h"
 
 #include <arpa/inet.h>

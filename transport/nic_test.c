@@ -1,4 +1,6 @@
 /* The in-process test nic: packets cross a fabric of bounded queues, in order, by copy. */
+#include "autoconfig.h"
+
 #include "transport/nic_test.h"
 
 #include <errno.h>

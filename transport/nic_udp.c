@@ -1,6 +1,7 @@
 /* The kernel UDP nic: one non-blocking socket, batched with sendmmsg/recvmmsg
  * under load, single datagrams with sendmsg/recv when traffic is sparse. */
-#define _GNU_SOURCE /* sendmmsg, recvmmsg */
+#include "autoconfig.h"
+
 #include "transport/nic_udp.h"
 
 #include <arpa/inet.h>

@@ -1,4 +1,6 @@
 /* Packet header encoding and validation. */
+#include "autoconfig.h"
+
 #include "transport/pkthdr.h"
 
 #include <endian.h>

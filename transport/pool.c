@@ -1,4 +1,6 @@
 /* Registered memory pool: power-of-two classes carved from registered regions. */
+#include "autoconfig.h"
+
 #include "transport/pool.h"
 
 #include <errno.h>

@@ -1,4 +1,6 @@
 /* An RPC endpoint: creation, buffers, and the event loop's receive side. */
+#include "autoconfig.h"
+
 #include "transport/rpc.h"
 
 #include <endian.h>

@@ -1,4 +1,6 @@
 /* Requester side: our requests on a session, go-back-N, pacing decisions. */
+#include "autoconfig.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

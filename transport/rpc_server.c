@@ -1,4 +1,6 @@
 /* Responder side: the peer's requests, at-most-once execution, responses. */
+#include "autoconfig.h"
+
 #include <string.h>
 
 #include "transport/log.h"

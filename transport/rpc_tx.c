@@ -1,4 +1,6 @@
 /* Transmit side of an endpoint: packet batching, control packets, pacing. */
+#include "autoconfig.h"
+
 #include <string.h>
 
 #include "transport/clock.h"

@@ -1,4 +1,6 @@
 /* Sessions of an endpoint: creation, peer installation, reset and teardown. */
+#include "autoconfig.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,6 @@
 /* Per-process counters as JSON. */
+#include "autoconfig.h"
+
 #include "transport/stats.h"
 
 #include <errno.h>

@@ -1,4 +1,6 @@
 /* Timely's gradient algorithm, following eRPC's variant of the authors' code. */
+#include "autoconfig.h"
+
 #include "transport/timely.h"
 
 void timely_init(struct timely *t, double link_gbps, uint64_t now_ns)

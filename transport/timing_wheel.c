@@ -1,4 +1,6 @@
 /* Carousel timing wheel: a ring of FIFO slots over a preallocated entry pool. */
+#include "autoconfig.h"
+
 #include "transport/timing_wheel.h"
 
 #include <errno.h>

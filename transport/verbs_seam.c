@@ -1,5 +1,7 @@
 /* The libibverbs instance of the verbs seam: thin wrappers, because several
  * of these names are macros or inline shims in verbs.h. */
+#include "autoconfig.h"
+
 #include "transport/verbs_seam.h"
 
 static struct ibv_device **real_get_device_list(const char *fabric, int *num)

@@ -6,6 +6,8 @@
  * sender writes one datagram (the CQ's cookie) only when the receiving CQ
  * is armed, so the fast path makes no system call.
  */
+#include "autoconfig.h"
+
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>

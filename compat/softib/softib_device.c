@@ -1,4 +1,6 @@
 /* softib's device, context, queries, PDs, MRs and AHs, and its verbs seam. */
+#include "autoconfig.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

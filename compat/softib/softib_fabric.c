@@ -1,5 +1,6 @@
 /* softib's shared memory: the fabric directory, QP rings, delivery, reclaim. */
-#define _GNU_SOURCE /* F_OFD_SETLK */
+#include "autoconfig.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -3,6 +3,8 @@
  * attribute rules of the IB spec (11.2.4.2, UD column), sends, receives and
  * the receive "DMA" that places a GRH in front of each packet.
  */
+#include "autoconfig.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

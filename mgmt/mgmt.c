@@ -26,7 +26,16 @@
  * starve the rest. */
 #define RX_BUDGET 64
 
-enum cmd_type { CMD_LISTEN, CMD_UNLISTEN, CMD_LISTEN_PORT, CMD_CONNECT, CMD_DISCONNECT, CMD_FORGET };
+enum cmd_type {
+	CMD_LISTEN,
+	CMD_UNLISTEN,
+	CMD_LISTEN_PORT,
+	CMD_LISTEN_FD,
+	CMD_LISTEN_DORMANT,
+	CMD_CONNECT,
+	CMD_DISCONNECT,
+	CMD_FORGET,
+};
 
 struct cmd {
 	struct cmd *next;
@@ -39,7 +48,7 @@ struct cmd {
 	mgmt_connect_fn fn;
 	void *ctx;
 	int fd;         /* CMD_LISTEN: a bound UDP socket to use, or -1 */
-	unsigned flags; /* CMD_LISTEN: MGMT_LISTEN_* */
+	unsigned flags; /* CMD_LISTEN: MGMT_LISTEN_*; CMD_LISTEN_DORMANT: 1 = dormant */
 	bool sync; /* on the caller's stack; the caller waits for done */
 	bool done;
 	int result;
@@ -216,6 +225,16 @@ static bool cmd_run(struct mgmt *m, struct cmd *c, uint64_t now)
 		l = listener_find(m, &c->addr);
 		c->result = l ? mgmt_addr_port(&l->bound) : 0;
 		return true;
+	case CMD_LISTEN_FD:
+		l = listener_find(m, &c->addr);
+		c->result = l ? l->fd : -ENOENT;
+		return true;
+	case CMD_LISTEN_DORMANT:
+		l = listener_find(m, &c->addr);
+		if (l)
+			l->dormant = c->flags != 0;
+		c->result = l ? 0 : -ENOENT;
+		return true;
 	case CMD_DISCONNECT:
 		mgmt_sess_disconnect(m, c->rpc, c->session, now);
 		c->result = 0;
@@ -315,6 +334,8 @@ static nfds_t poll_set(struct mgmt *m)
 		m->pfd_owner[n++] = NULL;
 	}
 	for (struct listener *l = m->listeners; l; l = l->next) {
+		if (l->dormant)
+			continue;
 		m->pfd[n] = (struct pollfd){.fd = l->fd, .events = POLLIN};
 		m->pfd_owner[n++] = l;
 	}
@@ -536,6 +557,23 @@ uint16_t mgmt_listen_port(struct mgmt *m, const struct sockaddr *addr, socklen_t
 		return 0;
 	int rc = run_sync(m, &c);
 	return rc > 0 ? (uint16_t)rc : 0;
+}
+
+int mgmt_listen_fd_number(struct mgmt *m, const struct sockaddr *addr, socklen_t len)
+{
+	struct cmd c;
+	int rc = cmd_init(m, &c, CMD_LISTEN_FD, NULL, addr, len);
+	return rc ? rc : run_sync(m, &c);
+}
+
+int mgmt_listen_dormant(struct mgmt *m, const struct sockaddr *addr, socklen_t len, bool dormant)
+{
+	struct cmd c;
+	int rc = cmd_init(m, &c, CMD_LISTEN_DORMANT, NULL, addr, len);
+	if (rc)
+		return rc;
+	c.flags = dormant;
+	return run_sync(m, &c);
 }
 
 int mgmt_connect(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,

@@ -12,6 +12,7 @@
 #ifndef FERRY_MGMT_H
 #define FERRY_MGMT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -51,6 +52,16 @@ int mgmt_listen_fd(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr,
  */
 int mgmt_rendezvous_socket(const struct sockaddr *addr, socklen_t len, uint16_t *port);
 int mgmt_unlisten(struct mgmt *m, const struct sockaddr *addr, socklen_t len);
+/* The descriptor of addr's rendezvous socket (a fork child inherits it
+ * under the same number), or -ENOENT. */
+int mgmt_listen_fd_number(struct mgmt *m, const struct sockaddr *addr, socklen_t len);
+/*
+ * A dormant listener's rendezvous socket is not read: its datagrams wait in
+ * the kernel for another process holding the same socket (a prefork
+ * server's workers), as connections wait in a shared TCP accept queue for
+ * whichever process accepts. -ENOENT when addr has no listener.
+ */
+int mgmt_listen_dormant(struct mgmt *m, const struct sockaddr *addr, socklen_t len, bool dormant);
 /* The UDP port a listener bound (after listening on port 0); 0 if none. */
 uint16_t mgmt_listen_port(struct mgmt *m, const struct sockaddr *addr, socklen_t len);
 

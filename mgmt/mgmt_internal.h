@@ -83,6 +83,10 @@ struct listener {
 	struct mgmt_addr asked, bound;
 	bool reuseport; /* SO_REUSEPORT: other processes' listeners may share the port */
 	unsigned users; /* TCP listeners of this process answered here */
+	/* Not read: the socket is shared with other processes (fork, exec)
+	 * and this one shows no sign of accepting, so a rendezvous it took
+	 * would queue a connection nobody here accepts (mgmt_listen_dormant). */
+	bool dormant;
 };
 
 struct cmd;

@@ -148,7 +148,8 @@ static void ferry_install_dump_signal(void)
 	sigaction(sig, &sa, NULL);
 }
 
-static void ferry_start_locked(void)
+/* Reads the settings from the environment; false when ferry stays off. */
+static bool ferry_read_config(void)
 {
 	char err[512];
 	ferry_config_defaults(&ferry.cfg);
@@ -157,12 +158,7 @@ static void ferry_start_locked(void)
 	if (rc < 0) {
 		log_error("%s; ferry stays off and every socket is the kernel's", err);
 		ferry.cfg.stats_path[0] = '\0';
-		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
-		return;
-	}
-	if (!ferry.cfg.enable) {
-		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
-		return;
+		return false;
 	}
 	/* Every connection between two processes rides one session, so the
 	 * session's requests in flight are all its connections' at once: a
@@ -172,12 +168,25 @@ static void ferry_start_locked(void)
 		ferry.cfg.session_slots = FERRY_PRELOAD_SLOTS;
 	if (!getenv("FERRY_CREDITS"))
 		ferry.cfg.session_credits = FERRY_PRELOAD_CREDITS;
+	return true;
+}
+
+static void ferry_start_locked(void)
+{
+	if (!ferry.cfg_kept && !ferry_read_config()) {
+		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
+		return;
+	}
+	if (!ferry.cfg.enable) {
+		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
+		return;
+	}
 	ferry_dump_at_exit = ferry.cfg.stats_path[0] != '\0';
 	if (ferry_dump_at_exit && !ferry_atexit_set) {
 		ferry_atexit_set = true;
 		atexit(ferry_atexit);
 	}
-	rc = fdtab.slots ? 0 : fdtable_init(&fdtab, 0);
+	int rc = fdtab.slots ? 0 : fdtable_init(&fdtab, 0);
 	if (rc) {
 		log_warn("ferry cannot start: no fd table (%s); sockets use the kernel", strerror(-rc));
 		ferry.unavailable = true;
@@ -244,5 +253,7 @@ void ferry_forked_child(void)
 	progress_forget();
 	ferry_lock_depth = 0;
 	pthread_mutex_init(&ferry_start_lock, NULL);
+	ferry_dump_at_exit = false; /* until this process starts a ferry of its own */
+	ferry.cfg_kept = true;
 	__atomic_store_n(&ferry.state, FERRY_FORKED, __ATOMIC_RELEASE);
 }

@@ -35,6 +35,9 @@ struct ferry_proc {
 	struct ferry_stats *stats;
 	const char *transport;
 	bool unavailable; /* enabled, but could not start: connects are counted */
+	/* A fork child starts with its parent's settings, not the environment's
+	 * (nginx empties its workers' environment). */
+	bool cfg_kept;
 };
 
 extern struct ferry_proc ferry;

@@ -1,9 +1,11 @@
 /*
  * fork, vfork and daemon. The child of a ferry process inherits the
  * placeholders but none of the transport (its threads are gone and the
- * registered memory is MADV_DONTFORK): every inherited ferry socket becomes
- * dead, so using one is an error rather than a hang, and closing one never
- * touches the parent's sessions. exec starts a fresh ferry by itself.
+ * registered memory is MADV_DONTFORK), so it starts a ferry of its own at
+ * its first eligible socket call, as exec does. An inherited listener is
+ * shared (lshare.h): the child answers on it once it accepts there. Every
+ * other inherited ferry socket becomes dead, so using one is an error
+ * rather than a hang, and closing one never touches the parent's sessions.
  */
 #include "autoconfig.h"
 
@@ -17,6 +19,7 @@
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/libc.h"
+#include "preload/lshare.h"
 #include "preload/peercache.h"
 #include "preload/phpool.h"
 #include "preload/sock.h"
@@ -31,6 +34,11 @@ static void fork_kill_file(struct ffile *f, void *arg)
 		epoll_fork_child(f);
 	if (f->kind != FFILE_SOCK)
 		return;
+	struct fsock *lsk = f->priv;
+	if (lsk && lsk->state == FSOCK_LISTEN) {
+		lshare_fork_child(f);
+		return;
+	}
 	/* The child's copy of the hidden descriptor would keep the parent's
 	 * placeholder alive after the parent closes it; the child's own
 	 * number still holds it for as long as the child wants. */
@@ -42,6 +50,21 @@ static void fork_kill_file(struct ffile *f, void *arg)
 	f->kind = FFILE_DEAD;
 	f->hybrid = false;
 	__atomic_store_n(&f->mask, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP, __ATOMIC_RELEASE);
+}
+
+/* The child's ferry starts anew at its first eligible socket call: the
+ * parent's endpoint, sessions and streams are forgotten here without a word
+ * to anyone (they are still the parent's). */
+static void fork_start_afresh(void)
+{
+	stream_forget_all();
+	peercache_reset();
+	phpool_drain();
+	__atomic_store_n(&ferry.stats, NULL, __ATOMIC_RELEASE);
+	ferry.nx = NULL;
+	ferry.rpc = NULL;
+	ferry.mgmt = NULL;
+	__atomic_store_n(&ferry.state, FERRY_UNINIT, __ATOMIC_RELEASE);
 }
 
 FERRY_EXPORT pid_t fork(void)
@@ -61,10 +84,13 @@ FERRY_EXPORT pid_t fork(void)
 		if (pid > 0)
 			sock_share_all(); /* the child holds copies of their numbers */
 		ferry_unlock();
+		if (pid > 0)
+			lshare_fork_parent();
 		return pid;
 	}
 	/* The child: the endpoint lock stays taken forever (nothing may use
 	 * the endpoint here), and this thread is the only one. */
+	lshare_fork_child_begin();
 	fdtable_each(&fdtab, fork_kill_file, NULL);
 	/* Placeholders of closing streams: the parent's own again, once they
 	 * are done (it closes them rather than pool them, phpool.h). */
@@ -73,6 +99,7 @@ FERRY_EXPORT pid_t fork(void)
 	wait_fork_child();
 	ferry_forked_child();
 	ferry_internal_depth = 0;
+	fork_start_afresh();
 	return 0;
 }
 
@@ -106,15 +133,5 @@ FERRY_EXPORT int daemon(int nochdir, int noclose)
 				close(fd);
 		}
 	}
-	/* The daemon is the process from now on: it may start a fresh ferry
-	 * (its inherited sockets stay dead). */
-	stream_forget_all();
-	peercache_reset();
-	phpool_drain();
-	__atomic_store_n(&ferry.stats, NULL, __ATOMIC_RELEASE);
-	ferry.nx = NULL;
-	ferry.rpc = NULL;
-	ferry.mgmt = NULL;
-	__atomic_store_n(&ferry.state, FERRY_UNINIT, __ATOMIC_RELEASE);
 	return 0;
 }

@@ -9,6 +9,7 @@
 #include "preload/export.h"
 #include "preload/fdtable.h"
 #include "preload/libc.h"
+#include "preload/lshare.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
 
@@ -175,6 +176,8 @@ static int fpoll_once(struct pollfd *fds, nfds_t n, uint64_t deadline, const sig
 			ffile_put(&fdtab, f);
 			f = NULL;
 		}
+		if (f)
+			lshare_interest(f);
 		c.files[i] = f;
 		if (!f || f->hybrid) {
 			c.kfds[c.nk] = (struct pollfd){.fd = fds[i].fd, .events = fds[i].events};

@@ -57,6 +57,15 @@ struct fsock {
 	pthread_mutex_t send_lock;
 	struct sockaddr_storage dst;
 	socklen_t dst_len;
+	/* A listener's rendezvous socket as mgmt holds it (-1: none); in a
+	 * fork child whose ferry has not taken the listener up yet
+	 * (lis_inherited), a duplicate of the parent's, owned here. */
+	int lis_rdv;
+	int lis_backlog;
+	bool lis_inherited; /* inherited through fork: no local listener yet */
+	bool lis_shared;    /* another process may hold it (fork) */
+	bool lis_dormant;   /* mgmt does not read its rendezvous socket */
+	int lis_waiters;    /* atomic: threads blocked in accept on it */
 };
 
 /* The ferry file behind fd if it is a socket (or a dead inherited one),
@@ -89,6 +98,10 @@ void sock_share_all(void);
 /* msg passes descriptors (SCM_RIGHTS): the ferry sockets among them are
  * another process's too from now on. */
 void sock_passed(const struct msghdr *msg);
+
+/* MGMT_LISTEN_* flags for a listening placeholder: the rendezvous socket
+ * shares the port as the listener does. */
+unsigned sock_listen_flags(int fd, int family);
 
 /* Raises SIGPIPE for an EPIPE, as the kernel does, unless suppressed. */
 void sock_sigpipe(int flags);

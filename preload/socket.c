@@ -21,6 +21,7 @@
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/libc.h"
+#include "preload/lshare.h"
 #include "preload/peercache.h"
 #include "preload/phpool.h"
 #include "preload/sock.h"
@@ -151,6 +152,7 @@ static void sock_release(struct ffile *f)
 	struct fsock *sk = f->priv;
 	if (!sk)
 		return;
+	lshare_release(sk);
 	/* A fork child's inherited sockets, or sockets of a ferry that is not
 	 * running any more: never touch the sessions behind them. */
 	if (f->kind == FFILE_DEAD || ferry_state() != FERRY_ON) {
@@ -209,6 +211,7 @@ static int sock_adopt(int fd, int domain, int type, int ph_fd)
 	sk->file = f;
 	sk->domain = domain;
 	sk->rdv_fd = -1;
+	sk->lis_rdv = -1;
 	sk->ph_fd = ph_fd;
 	sk->cloexec = (type & SOCK_CLOEXEC) != 0;
 	pthread_mutex_init(&sk->send_lock, NULL);
@@ -747,6 +750,20 @@ static int sock_bind(struct ffile *f, int fd, const struct sockaddr *addr, sockl
 	return 0;
 }
 
+unsigned sock_listen_flags(int fd, int family)
+{
+	const struct libc_fns *c = libc();
+	int reuse = 0, v6only = 0;
+	socklen_t rl = sizeof(reuse), ol = sizeof(v6only);
+	unsigned flags = c->getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuse, &rl) == 0 && reuse
+				 ? MGMT_LISTEN_REUSEPORT
+				 : 0;
+	if (family == AF_INET6 &&
+	    c->getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &ol) == 0 && v6only)
+		flags |= MGMT_LISTEN_V6ONLY;
+	return flags;
+}
+
 static int sock_listen(struct ffile *f, int fd, int backlog)
 {
 	struct fsock *sk = f->priv;
@@ -773,8 +790,9 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 		return 0;
 	ferry_lock();
 	enum fsock_state st = sk->state;
-	if (st == FSOCK_LISTEN)
+	if (st == FSOCK_LISTEN && sk->lis)
 		sk->lis->backlog = backlog;
+	sk->lis_backlog = backlog;
 	ferry_unlock();
 	if (st != FSOCK_NEW)
 		return 0;
@@ -788,19 +806,13 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 		sock_handoff(f);
 		return 0;
 	}
-	/* The rendezvous socket shares the port as the listener does. */
-	int reuse = 0, v6only = 0;
-	socklen_t rl = sizeof(reuse), ol = sizeof(v6only);
-	unsigned lflags = c->getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuse, &rl) == 0 && reuse
-				  ? MGMT_LISTEN_REUSEPORT
-				  : 0;
-	if (a.ss_family == AF_INET6 &&
-	    c->getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &ol) == 0 && v6only)
-		lflags |= MGMT_LISTEN_V6ONLY;
+	unsigned lflags = sock_listen_flags(fd, a.ss_family);
 	ferry_internal_enter();
 	int rc = mgmt_listen_fd(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a, alen, sk->rdv_fd,
 				lflags);
 	sk->rdv_fd = -1;
+	if (rc == 0)
+		sk->lis_rdv = mgmt_listen_fd_number(ferry.mgmt, (struct sockaddr *)&a, alen);
 	ferry_internal_leave();
 	if (rc < 0) {
 		ferry_log(FERRY_LOG_WARN,
@@ -910,6 +922,9 @@ static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *a
 	return nfd;
 }
 
+static int sock_accept_wait(struct ffile *f, int fd, struct sockaddr *addr, socklen_t *alen,
+			    int flags);
+
 static int sock_accept(struct ffile *f, int fd, struct sockaddr *addr, socklen_t *alen, int flags)
 {
 	struct fsock *sk = f->priv;
@@ -918,6 +933,18 @@ static int sock_accept(struct ffile *f, int fd, struct sockaddr *addr, socklen_t
 		int r = c->accept4(fd, addr, alen, flags);
 		return r >= 0 ? r : -errno;
 	}
+	__atomic_add_fetch(&sk->lis_waiters, 1, __ATOMIC_SEQ_CST);
+	lshare_interest(f);
+	int rc = sock_accept_wait(f, fd, addr, alen, flags);
+	__atomic_sub_fetch(&sk->lis_waiters, 1, __ATOMIC_SEQ_CST);
+	return rc;
+}
+
+static int sock_accept_wait(struct ffile *f, int fd, struct sockaddr *addr, socklen_t *alen,
+			    int flags)
+{
+	struct fsock *sk = f->priv;
+	const struct libc_fns *c = libc();
 	uint64_t deadline = sock_deadline(sk->rcvtimeo_ns);
 	for (;;) {
 		ferry_lock();

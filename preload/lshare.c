@@ -1,0 +1,197 @@
+/* Listeners shared with other processes: see lshare.h. */
+#include "autoconfig.h"
+
+#include "preload/lshare.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "mgmt/mgmt.h"
+#include "preload/fdtable.h"
+#include "preload/ferry.h"
+#include "preload/libc.h"
+#include "preload/sock.h"
+#include "preload/stream.h"
+#include "transport/log.h"
+#include "transport/stats.h"
+
+/* Serialises taking a listener up and waking it (each issues mgmt commands,
+ * which may not run under the endpoint lock), against the fork pass. */
+static pthread_mutex_t lshare_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void lshare_take_up(struct ffile *f, struct fsock *sk)
+{
+	int fd;
+	if (!ferry_up() || ffile_fds(&fdtab, f, &fd, 1) == 0)
+		return;
+	struct sockaddr_storage a;
+	socklen_t alen = sizeof(a);
+	if (libc()->getsockname(fd, (struct sockaddr *)&a, &alen) != 0)
+		return;
+	unsigned flags = sock_listen_flags(fd, a.ss_family);
+	int rdv = sk->lis_rdv;
+	sk->lis_rdv = -1;
+	__atomic_store_n(&sk->lis_inherited, false, __ATOMIC_SEQ_CST);
+	ferry_internal_enter();
+	int rc = mgmt_listen_fd(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a, alen, rdv, flags);
+	int num = rc == 0 ? mgmt_listen_fd_number(ferry.mgmt, (struct sockaddr *)&a, alen) : -1;
+	ferry_internal_leave();
+	if (rc < 0) {
+		ferry_log(FERRY_LOG_WARN,
+			  "an inherited listener is not accelerated in this process: its rendezvous "
+			  "socket %s",
+			  strerror(-rc));
+		stats_inc(ferry_stats()->listeners_plain);
+		return;
+	}
+	ferry_lock();
+	sk->lis = listener_add((struct sockaddr *)&a, alen, sk->lis_backlog, f);
+	if (sk->lis) {
+		sk->lis->v6only = flags & MGMT_LISTEN_V6ONLY;
+		sk->lis_rdv = num;
+		sk->lis_shared = true;
+	}
+	ferry_unlock();
+	if (!sk->lis) {
+		ferry_internal_enter();
+		mgmt_unlisten(ferry.mgmt, (struct sockaddr *)&a, alen);
+		ferry_internal_leave();
+		return;
+	}
+	stats_inc(ferry_stats()->listeners);
+	log_debug("lshare: an inherited listener answers rendezvous in this process");
+}
+
+static void lshare_set_dormant(struct fsock *sk, bool dormant)
+{
+	struct sockaddr_storage a;
+	socklen_t alen = 0;
+	ferry_lock();
+	if (sk->lis) {
+		a = sk->lis->addr;
+		alen = sk->lis->addr_len;
+	}
+	ferry_unlock();
+	if (!alen)
+		return;
+	ferry_internal_enter();
+	mgmt_listen_dormant(ferry.mgmt, (struct sockaddr *)&a, alen, dormant);
+	ferry_internal_leave();
+}
+
+void lshare_interest(struct ffile *f)
+{
+	if (f->kind != FFILE_SOCK)
+		return;
+	struct fsock *sk = f->priv;
+	if (!sk || sk->state != FSOCK_LISTEN ||
+	    (!__atomic_load_n(&sk->lis_inherited, __ATOMIC_SEQ_CST) &&
+	     !__atomic_load_n(&sk->lis_dormant, __ATOMIC_SEQ_CST)))
+		return;
+	pthread_mutex_lock(&lshare_lock);
+	if (sk->lis_inherited) {
+		lshare_take_up(f, sk);
+	} else if (sk->lis_dormant && ferry_state() == FERRY_ON) {
+		__atomic_store_n(&sk->lis_dormant, false, __ATOMIC_SEQ_CST);
+		lshare_set_dormant(sk, false);
+	}
+	pthread_mutex_unlock(&lshare_lock);
+}
+
+struct lshare_list {
+	struct ffile **files;
+	size_t n, cap;
+};
+
+static void lshare_collect(struct ffile *f, void *arg)
+{
+	struct lshare_list *l = arg;
+	struct fsock *sk = f->priv;
+	if (f->kind != FFILE_SOCK || !sk || sk->state != FSOCK_LISTEN || !sk->lis)
+		return;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 8;
+		struct ffile **files = realloc(l->files, cap * sizeof(*files));
+		if (!files)
+			return;
+		l->files = files;
+		l->cap = cap;
+	}
+	ffile_get(f);
+	l->files[l->n++] = f;
+}
+
+void lshare_fork_parent(void)
+{
+	struct lshare_list l = {0};
+	pthread_mutex_lock(&lshare_lock);
+	fdtable_each(&fdtab, lshare_collect, &l);
+	for (size_t i = 0; i < l.n; i++) {
+		struct ffile *f = l.files[i];
+		struct fsock *sk = f->priv;
+		sk->lis_shared = true;
+		if (__atomic_load_n(&sk->lis_dormant, __ATOMIC_SEQ_CST))
+			continue;
+		/* Dormant first, then look for interest: a thread that adds the
+		 * file to an epoll set or blocks in accept meanwhile either is
+		 * seen here or sees the flag and wakes it (lshare_interest). */
+		__atomic_store_n(&sk->lis_dormant, true, __ATOMIC_SEQ_CST);
+		pthread_mutex_lock(&f->wlock);
+		bool watched = f->epitems != NULL;
+		pthread_mutex_unlock(&f->wlock);
+		if (watched || __atomic_load_n(&sk->lis_waiters, __ATOMIC_SEQ_CST) > 0)
+			__atomic_store_n(&sk->lis_dormant, false, __ATOMIC_SEQ_CST);
+		else
+			lshare_set_dormant(sk, true);
+	}
+	pthread_mutex_unlock(&lshare_lock);
+	for (size_t i = 0; i < l.n; i++)
+		ffile_put(&fdtab, l.files[i]);
+	free(l.files);
+}
+
+/* Rendezvous numbers the child pass gave a file already: two listeners
+ * sharing one socket (SO_REUSEPORT) each get a number of their own, since
+ * mgmt closes the second it is handed for an address it answers already. */
+#define LSHARE_CLAIMED_MAX 64
+static int lshare_claimed[LSHARE_CLAIMED_MAX];
+static unsigned lshare_nclaimed;
+
+void lshare_fork_child_begin(void)
+{
+	pthread_mutex_init(&lshare_lock, NULL);
+	lshare_nclaimed = 0;
+}
+
+void lshare_fork_child(struct ffile *f)
+{
+	struct fsock *sk = f->priv;
+	if (!sk || sk->state != FSOCK_LISTEN)
+		return;
+	int num = sk->lis_rdv;
+	bool claimed = false;
+	for (unsigned i = 0; i < lshare_nclaimed; i++)
+		claimed |= lshare_claimed[i] == num;
+	if (num >= 0 && (claimed || lshare_nclaimed == LSHARE_CLAIMED_MAX))
+		num = libc()->fcntl(num, F_DUPFD_CLOEXEC, num);
+	else if (num >= 0)
+		lshare_claimed[lshare_nclaimed++] = num;
+	sk->lis_rdv = num;
+	sk->lis = NULL; /* the parent's queue: gone with its stream layer here */
+	sk->lis_dormant = false;
+	sk->lis_shared = true;
+	sk->lis_inherited = num >= 0;
+	__atomic_store_n(&f->mask, 0, __ATOMIC_RELEASE);
+}
+
+void lshare_release(struct fsock *sk)
+{
+	if (sk->lis_inherited && sk->lis_rdv >= 0)
+		libc()->close(sk->lis_rdv);
+	sk->lis_inherited = false;
+	sk->lis_rdv = -1;
+}

@@ -1,0 +1,37 @@
+/*
+ * Listeners shared with other processes. A kernel listening socket belongs
+ * to every process holding it: a prefork server's master opens it and its
+ * workers accept on their inherited copies. A ferry listener's rendezvous
+ * socket is a kernel socket too and is shared the same way: a fork child
+ * inherits it with the listener, and whichever holder reads a rendezvous
+ * answers with its own endpoint, so the connection lands in that process's
+ * queue and its bytes flow there directly, never through another process.
+ *
+ * Only a process that shows it accepts reads the socket. After a fork every
+ * holder's listener is dormant (rendezvous datagrams wait in the kernel, as
+ * connections wait in a shared accept queue) until the process accepts on
+ * it, polls it or adds it to an epoll set: nginx's master never does, its
+ * workers do; a parent whose listener sits in an epoll set keeps reading.
+ */
+#ifndef FERRY_PRELOAD_LSHARE_H
+#define FERRY_PRELOAD_LSHARE_H
+
+struct ffile;
+struct fsock;
+
+/* f is about to be accepted on, polled or added to an epoll set: a dormant
+ * or inherited listener starts answering here. Any thread, no lock held. */
+void lshare_interest(struct ffile *f);
+
+/* After fork, in the parent, no lock held: its listeners are shared, and
+ * those nobody waits on go dormant. */
+void lshare_fork_parent(void);
+/* In the fork child, before its pass over the table. */
+void lshare_fork_child_begin(void);
+/* In the fork child's pass over the table (single-threaded): a listening
+ * file keeps a duplicate of the parent's rendezvous socket for later. */
+void lshare_fork_child(struct ffile *f);
+/* The file is going: an inherited rendezvous duplicate is closed. */
+void lshare_release(struct fsock *sk);
+
+#endif

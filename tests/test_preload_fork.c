@@ -1,0 +1,119 @@
+/* A listener inherited through fork is served by whichever process
+ * accepts on it (lshare.h); a holder that never accepts strands nothing. */
+#include "autoconfig.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "preload/fdtable.h"
+#include "preload/ferry.h"
+#include "preload_proc_util.h"
+#include "transport/stats.h"
+
+/* One test at a time, as test_preload_start (LeakSanitizer and criterion's
+ * parallel runner). */
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+	(void)set;
+	criterion_options.jobs = 1;
+}
+
+/* In a child: accepts one connection on lis (blocking, or through epoll),
+ * answers "hi" with "ok", and exits 0 only if ferry carried it. */
+static void child_serve(int lis, bool use_epoll)
+{
+	alarm(10); /* a hang fails the test instead of blocking it */
+	if (use_epoll) {
+		int ep = epoll_create1(0);
+		struct epoll_event ev = {.events = EPOLLIN};
+		if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, lis, &ev) != 0 ||
+		    epoll_wait(ep, &ev, 1, 10000) != 1)
+			_exit(2);
+	}
+	int c = accept(lis, NULL, NULL);
+	char b[2];
+	if (c < 0 || read(c, b, 2) != 2 || memcmp(b, "hi", 2) != 0 || write(c, "ok", 2) != 2)
+		_exit(3);
+	struct ferry_stats *st = ferry_stats();
+	bool carried = st && st->streams_accepted == 1 && st->kernel_accepts == 0;
+	char e;
+	if (read(c, &e, 1) != 0) /* the client's close */
+		_exit(4);
+	close(c);
+	_exit(carried ? 0 : 5);
+}
+
+static void client_exchange(const struct sockaddr_in *a)
+{
+	int cli = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(cli, (const struct sockaddr *)a, sizeof(*a)), 0, "connect: %s",
+		     strerror(errno));
+	cr_assert_eq(write(cli, "hi", 2), 2);
+	char b[2];
+	cr_assert_eq(read(cli, b, 2), 2);
+	cr_assert_eq(memcmp(b, "ok", 2), 0);
+	close(cli);
+}
+
+static void inherited_listener_served_by_child(bool use_epoll)
+{
+	env_udp();
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
+	cr_assert_eq(ferry_state(), FERRY_ON);
+	uint64_t accepted = ferry_stats()->streams_accepted;
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		child_serve(lis, use_epoll);
+	/* The parent holds the listener and never accepts (nginx's master):
+	 * the connection must reach the child, not wait in our queue. */
+	client_exchange(&a);
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	cr_assert_eq(ferry_stats()->streams_accepted, accepted, "nothing landed in the parent");
+	cr_assert_eq(ferry_stats()->streams_connected, 1, "the client rode ferry");
+	close(lis);
+}
+
+Test(fork, an_inherited_listener_is_served_by_the_child_that_accepts, .timeout = 30)
+{
+	inherited_listener_served_by_child(false);
+}
+
+Test(fork, an_inherited_listener_in_a_childs_epoll_set_is_served_there, .timeout = 30)
+{
+	inherited_listener_served_by_child(true);
+}
+
+Test(fork, a_parent_that_accepts_again_after_a_fork_is_served, .timeout = 30)
+{
+	env_udp();
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		_exit(0); /* a child that never uses the listener */
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	/* The parent went dormant at the fork; its accept wakes it. */
+	int cli = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	cr_assert_geq(cli, 0);
+	int rc = connect(cli, (struct sockaddr *)&a, sizeof(a));
+	cr_assert(rc == 0 || errno == EINPROGRESS, "connect: %s", strerror(errno));
+	int srv = accept(lis, NULL, NULL);
+	cr_assert_geq(srv, 0, "accept: %s", strerror(errno));
+	cr_assert_eq(ferry_stats()->kernel_accepts, 0, "ferry carried it");
+	close(srv);
+	close(cli);
+	close(lis);
+}

@@ -32,6 +32,8 @@ enum cmd_type {
 	CMD_LISTEN_PORT,
 	CMD_LISTEN_FD,
 	CMD_LISTEN_DORMANT,
+	CMD_CTL_RPC,
+	CMD_PEER_ADDR,
 	CMD_CONNECT,
 	CMD_DISCONNECT,
 	CMD_FORGET,
@@ -228,6 +230,13 @@ static bool cmd_run(struct mgmt *m, struct cmd *c, uint64_t now)
 	case CMD_LISTEN_FD:
 		l = listener_find(m, &c->addr);
 		c->result = l ? l->fd : -ENOENT;
+		return true;
+	case CMD_CTL_RPC:
+		m->ctl_rpc = c->rpc;
+		c->result = 0;
+		return true;
+	case CMD_PEER_ADDR:
+		c->result = mgmt_sess_peer_addr(m, c->rpc, c->session, &c->addr);
 		return true;
 	case CMD_LISTEN_DORMANT:
 		l = listener_find(m, &c->addr);
@@ -564,6 +573,27 @@ int mgmt_listen_fd_number(struct mgmt *m, const struct sockaddr *addr, socklen_t
 	struct cmd c;
 	int rc = cmd_init(m, &c, CMD_LISTEN_FD, NULL, addr, len);
 	return rc ? rc : run_sync(m, &c);
+}
+
+int mgmt_answer_on_control(struct mgmt *m, struct rpc *rpc)
+{
+	struct cmd c;
+	cmd_init(m, &c, CMD_CTL_RPC, rpc, NULL, 0);
+	return run_sync(m, &c);
+}
+
+int mgmt_peer_addr(struct mgmt *m, struct rpc *rpc, int session, struct sockaddr_storage *out,
+		   socklen_t *len)
+{
+	struct cmd c;
+	cmd_init(m, &c, CMD_PEER_ADDR, rpc, NULL, 0);
+	c.session = session;
+	int rc = run_sync(m, &c);
+	if (rc == 0) {
+		memcpy(out, &c.addr.ss, c.addr.len);
+		*len = c.addr.len;
+	}
+	return rc;
 }
 
 int mgmt_listen_dormant(struct mgmt *m, const struct sockaddr *addr, socklen_t len, bool dormant)

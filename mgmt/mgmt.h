@@ -62,6 +62,12 @@ int mgmt_listen_fd_number(struct mgmt *m, const struct sockaddr *addr, socklen_t
  * whichever process accepts. -ENOENT when addr has no listener.
  */
 int mgmt_listen_dormant(struct mgmt *m, const struct sockaddr *addr, socklen_t len, bool dormant);
+/* Handshakes that reach the control sockets make sessions of rpc (the next
+ * owner of a stream that moves between processes dials its peer there). */
+int mgmt_answer_on_control(struct mgmt *m, struct rpc *rpc);
+/* Where session's peer process answers handshakes: 0 and *out, or -ENOENT. */
+int mgmt_peer_addr(struct mgmt *m, struct rpc *rpc, int session, struct sockaddr_storage *out,
+		   socklen_t *len);
 /* The UDP port a listener bound (after listening on port 0); 0 if none. */
 uint16_t mgmt_listen_port(struct mgmt *m, const struct sockaddr *addr, socklen_t len);
 

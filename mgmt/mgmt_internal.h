@@ -106,6 +106,7 @@ struct mgmt {
 
 	struct listener *listeners;
 	size_t nlisteners;
+	struct rpc *ctl_rpc; /* answers handshakes on the control sockets; NULL: none */
 	struct pollfd *pfd; /* poll set, rebuilt each turn */
 	struct listener **pfd_owner;
 	size_t pfd_cap;
@@ -136,5 +137,7 @@ void mgmt_sess_disconnect(struct mgmt *m, struct rpc *rpc, int session, uint64_t
 void mgmt_sess_forget(struct mgmt *m, struct rpc *rpc, uint64_t now);
 /* At stop: cancels connects, tells peers, frees every table entry. */
 void mgmt_sess_shutdown(struct mgmt *m);
+/* Where session's peer is reached (its control or rendezvous socket). */
+int mgmt_sess_peer_addr(struct mgmt *m, struct rpc *rpc, int session, struct mgmt_addr *out);
 
 #endif

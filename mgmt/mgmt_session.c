@@ -365,14 +365,17 @@ static struct msess *sess_find_server(struct mgmt *m, uint64_t uuid, uint64_t to
 	return NULL;
 }
 
-static void on_connect_req(struct mgmt *m, struct listener *l, const struct mgmt_msg *msg,
+/* A handshake for endpoint rpc, answered on fd (a listener's rendezvous
+ * socket, or a control socket: the next owner of a stream that moves here
+ * from another process dials the peer's, see stream.h). */
+static void on_connect_req(struct mgmt *m, struct rpc *rpc, int fd, const struct mgmt_msg *msg,
 			   const struct sockaddr *src, socklen_t srclen, const struct mgmt_addr *from,
 			   uint64_t now)
 {
 	struct msess *dup = sess_find_server(m, msg->uuid, msg->token);
 	if (dup) {
 		if (dup->up)
-			mgmt_net_send(l->fd, dup->resp, dup->resp_len, src, srclen);
+			mgmt_net_send(fd, dup->resp, dup->resp_len, src, srclen);
 		return;
 	}
 	if (msg->token == 0) {
@@ -381,10 +384,10 @@ static void on_connect_req(struct mgmt *m, struct listener *l, const struct mgmt
 	}
 	struct mgmt_msg resp = {.type = MGMT_CONNECT_RESP, .token = msg->token, .uuid = m->uuid};
 	struct nic_route local;
-	rpc_lock(l->rpc);
-	rpc_local_route(l->rpc, &local);
-	uint32_t max = rpc_max_pkt_data(l->rpc);
-	rpc_unlock(l->rpc);
+	rpc_lock(rpc);
+	rpc_local_route(rpc, &local);
+	uint32_t max = rpc_max_pkt_data(rpc);
+	rpc_unlock(rpc);
 	resp.route = local;
 
 	int session = -1, rc = 0;
@@ -398,28 +401,28 @@ static void on_connect_req(struct mgmt *m, struct listener *l, const struct mgmt
 	if (!rc) {
 		uint32_t agreed = min32(min32(msg->data_per_pkt, max), path_data_max(m, &local, from));
 		struct nic_route route = msg->route;
-		rpc_lock(l->rpc);
-		session = rpc_session_create(l->rpc, msg->token);
+		rpc_lock(rpc);
+		session = rpc_session_create(rpc, msg->token);
 		if (session >= 0) {
-			nic_route_fixup(rpc_nic(l->rpc), &route, (const struct sockaddr *)&from->ss,
+			nic_route_fixup(rpc_nic(rpc), &route, (const struct sockaddr *)&from->ss,
 					from->len);
-			rc = rpc_session_connect(l->rpc, session, &route, msg->session, agreed);
+			rc = rpc_session_connect(rpc, session, &route, msg->session, agreed);
 			if (rc < 0)
-				rpc_session_reset(l->rpc, session, rc);
+				rpc_session_reset(rpc, session, rc);
 		} else {
 			rc = session;
 		}
-		rpc_unlock(l->rpc);
+		rpc_unlock(rpc);
 		resp.session = (uint16_t)(session >= 0 ? session : 0);
 		resp.data_per_pkt = agreed;
 	}
 	struct msess *s = NULL;
 	if (!rc) {
-		s = sess_add(m, l->rpc, session, msg->token, peer, false);
+		s = sess_add(m, rpc, session, msg->token, peer, false);
 		if (!s) {
-			rpc_lock(l->rpc);
-			rpc_session_reset(l->rpc, session, -ENOMEM);
-			rpc_unlock(l->rpc);
+			rpc_lock(rpc);
+			rpc_session_reset(rpc, session, -ENOMEM);
+			rpc_unlock(rpc);
 			rc = -ENOMEM;
 		}
 	}
@@ -434,7 +437,7 @@ static void on_connect_req(struct mgmt *m, struct listener *l, const struct mgmt
 		log_debug("mgmt: session %d up for peer %016llx", session,
 			  (unsigned long long)msg->uuid);
 	}
-	mgmt_net_send(l->fd, buf, len, src, srclen);
+	mgmt_net_send(fd, buf, len, src, srclen);
 }
 
 /* ---- datagrams ---- */
@@ -453,11 +456,12 @@ void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t 
 		peer->last_heard_ns = now;
 	switch (msg.type) {
 	case MGMT_CONNECT_REQ:
-		if (!l) {
+		if (l)
+			on_connect_req(m, l->rpc, l->fd, &msg, src, srclen, &from, now);
+		else if (m->ctl_rpc)
+			on_connect_req(m, m->ctl_rpc, fd, &msg, src, srclen, &from, now);
+		else
 			stats_inc(m->stats->mgmt_drops);
-			return;
-		}
-		on_connect_req(m, l, &msg, src, srclen, &from, now);
 		break;
 	case MGMT_CONNECT_RESP:
 		on_connect_resp(m, &msg, &from, now);
@@ -490,6 +494,17 @@ void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t 
 	case MGMT_PONG:
 		break;
 	}
+}
+
+int mgmt_sess_peer_addr(struct mgmt *m, struct rpc *rpc, int session, struct mgmt_addr *out)
+{
+	for (struct msess *s = m->sessions; s; s = s->next) {
+		if (s->rpc == rpc && s->session == session && s->peer) {
+			*out = s->peer->addr;
+			return 0;
+		}
+	}
+	return -ENOENT;
 }
 
 /* ---- timers ---- */

@@ -17,7 +17,7 @@
 #include "preload/export.h"
 #include "preload/fdtable.h"
 #include "preload/libc.h"
-#include "preload/lshare.h"
+#include "preload/sock.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
 
@@ -586,7 +586,7 @@ int fepoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	}
 	rc = ep_ctl_ferry(ef->priv, op, fd, tf, ev);
 	if (rc == 0 && op != EPOLL_CTL_DEL)
-		lshare_interest(tf); /* after the item is in: see lshare_fork_parent */
+		sock_interest(tf); /* after the item is in: see lshare_fork_parent */
 	ffile_put(&fdtab, ef);
 	ffile_put(&fdtab, tf);
 	return rc;

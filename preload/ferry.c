@@ -210,6 +210,8 @@ static void ferry_start_locked(void)
 	rpc_lock(ferry.rpc);
 	rc = stream_init(ferry.rpc);
 	rpc_unlock(ferry.rpc);
+	if (rc == 0) /* the next owner of a stream a child takes over dials us there */
+		rc = mgmt_answer_on_control(ferry.mgmt, ferry.rpc);
 	if (rc == 0)
 		rc = progress_start(ferry.rpc, &ferry.cfg);
 	if (rc) {

@@ -3,9 +3,11 @@
  * placeholders but none of the transport (its threads are gone and the
  * registered memory is MADV_DONTFORK), so it starts a ferry of its own at
  * its first eligible socket call, as exec does. An inherited listener is
- * shared (lshare.h): the child answers on it once it accepts there. Every
- * other inherited ferry socket becomes dead, so using one is an error
- * rather than a hang, and closing one never touches the parent's sessions.
+ * shared (lshare.h): the child answers on it once it accepts there. An
+ * inherited stream is the parent's until the child uses it, when the
+ * parent hands it over (handover.h). Any other inherited ferry socket
+ * becomes dead, so using one is an error rather than a hang, and closing
+ * one never touches the parent's sessions.
  */
 #include "autoconfig.h"
 
@@ -17,6 +19,7 @@
 #include "preload/epoll.h"
 #include "preload/export.h"
 #include "preload/fdtable.h"
+#include "preload/handover.h"
 #include "preload/ferry.h"
 #include "preload/libc.h"
 #include "preload/lshare.h"
@@ -26,6 +29,9 @@
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/rpc.h"
+
+/* The parent's pid, as the child's pass needs it. */
+static pid_t fork_parent;
 
 static void fork_kill_file(struct ffile *f, void *arg)
 {
@@ -47,9 +53,11 @@ static void fork_kill_file(struct ffile *f, void *arg)
 		libc()->close(sk->ph_fd);
 		sk->ph_fd = -1;
 	}
-	f->kind = FFILE_DEAD;
 	f->hybrid = false;
-	__atomic_store_n(&f->mask, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP, __ATOMIC_RELEASE);
+	handover_fork_child(f, fork_parent); /* a stream the parent hands over on use */
+	if (f->kind == FFILE_DEAD)
+		__atomic_store_n(&f->mask, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP,
+				 __ATOMIC_RELEASE);
 }
 
 /* The child's ferry starts anew at its first eligible socket call: the
@@ -77,6 +85,8 @@ FERRY_EXPORT pid_t fork(void)
 	ferry_lock();
 	pthread_mutex_lock(&fdtab.lock);
 	phpool_fork_prepare();
+	fork_parent = getpid();
+	stream_forks++;
 	pid_t pid = c->fork();
 	pthread_mutex_unlock(&fdtab.lock);
 	if (pid != 0) {
@@ -84,8 +94,10 @@ FERRY_EXPORT pid_t fork(void)
 		if (pid > 0)
 			sock_share_all(); /* the child holds copies of their numbers */
 		ferry_unlock();
-		if (pid > 0)
+		if (pid > 0) {
 			lshare_fork_parent();
+			handover_fork_parent(pid);
+		}
 		return pid;
 	}
 	/* The child: the endpoint lock stays taken forever (nothing may use

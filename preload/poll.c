@@ -9,7 +9,7 @@
 #include "preload/export.h"
 #include "preload/fdtable.h"
 #include "preload/libc.h"
-#include "preload/lshare.h"
+#include "preload/sock.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
 
@@ -177,7 +177,7 @@ static int fpoll_once(struct pollfd *fds, nfds_t n, uint64_t deadline, const sig
 			f = NULL;
 		}
 		if (f)
-			lshare_interest(f);
+			sock_interest(f);
 		c.files[i] = f;
 		if (!f || f->hybrid) {
 			c.kfds[c.nk] = (struct pollfd){.fd = fds[i].fd, .events = fds[i].events};

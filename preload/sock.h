@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/types.h>
 
 struct ffile;
 struct stream;
@@ -26,6 +27,7 @@ enum fsock_state {
 	FSOCK_STREAM,     /* has a stream (maybe still opening) */
 	FSOCK_LISTEN,
 	FSOCK_FAILED,     /* connect failed: so_error says why */
+	FSOCK_REMOTE,     /* a fork child's copy of a stream its parent runs (handover.h) */
 };
 
 struct fsock {
@@ -66,6 +68,10 @@ struct fsock {
 	bool lis_shared;    /* another process may hold it (fork) */
 	bool lis_dormant;   /* mgmt does not read its rendezvous socket */
 	int lis_waiters;    /* atomic: threads blocked in accept on it */
+	/* FSOCK_REMOTE: which process runs the stream, and the stream there. */
+	pid_t remote_pid;
+	uint32_t remote_sid, remote_peer_sid;
+	uint64_t remote_token;
 };
 
 /* The ferry file behind fd if it is a socket (or a dead inherited one),
@@ -78,6 +84,10 @@ struct ffile *sock_get(int fd);
  * too for kevents; returns 1 when it fired, 0 when f is ready.
  */
 int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short kevents);
+
+/* f is about to be polled or added to an epoll set: a listener or stream
+ * inherited from another process is taken up here first. No lock held. */
+void sock_interest(struct ffile *f);
 
 /* Deadline for a blocking call under SO_RCVTIMEO / SO_SNDTIMEO. */
 uint64_t sock_deadline(uint64_t timeo_ns);

@@ -19,6 +19,7 @@
 #include "preload/epoll.h"
 #include "preload/export.h"
 #include "preload/fdtable.h"
+#include "preload/handover.h"
 #include "preload/ferry.h"
 #include "preload/libc.h"
 #include "preload/lshare.h"
@@ -40,7 +41,20 @@ struct ffile *sock_get(int fd)
 		ffile_put(&fdtab, f);
 		return NULL;
 	}
+	if (f && f->kind == FFILE_SOCK && ((struct fsock *)f->priv)->state == FSOCK_REMOTE)
+		handover_adopt(f);
 	return f;
+}
+
+void sock_interest(struct ffile *f)
+{
+	struct fsock *sk = f->priv;
+	if (f->kind != FFILE_SOCK || !sk)
+		return;
+	if (sk->state == FSOCK_REMOTE)
+		handover_adopt(f);
+	else
+		lshare_interest(f);
 }
 
 uint64_t sock_deadline(uint64_t timeo_ns)
@@ -163,6 +177,10 @@ static void sock_release(struct ffile *f)
 	struct sockaddr_storage la;
 	socklen_t llen = 0;
 	ferry_lock();
+	/* A child forked since the stream began may use it yet: no FIN while
+	 * it holds a copy, as the kernel sends none while one is open. */
+	if (sk->stream && handover_keep(sk->stream))
+		sk->stream = NULL;
 	if (sk->stream) {
 		if (sk->ph_fd >= 0 && sk->ph_bound) {
 			sk->stream->ph_fd = sk->ph_fd; /* pooled once the stream is gone */

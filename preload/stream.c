@@ -98,6 +98,7 @@ static uint32_t st_cap, st_used;
 static uint32_t *st_free;
 static uint32_t st_nfree;
 static struct listener *listeners;
+uint32_t stream_forks;
 
 /* DATA requests waiting for their answer (see stream_run_once). */
 #define ACK_PENDING_MAX 256
@@ -242,6 +243,7 @@ static struct stream *stream_alloc(void)
 	rxbuf_init(&s->rx, STREAM_WINDOW);
 	s->refs = 1;
 	s->ph_fd = -1;
+	s->born_fork = stream_forks;
 	return s;
 }
 
@@ -279,6 +281,8 @@ static void stream_put(struct stream *s)
 
 size_t stream_tx_space(const struct stream *s)
 {
+	if (s->moving || s->attaching)
+		return 0;
 	uint64_t limit = s->tx_acked + s->peer_window;
 	return limit > s->tx_seq ? (size_t)(limit - s->tx_seq) : 0;
 }
@@ -463,6 +467,13 @@ static void ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, voi
 static int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t value,
 			   rpc_cont_fn cont)
 {
+	if (s->moving && type != STREAM_REQ_MOVE) {
+		/* Nothing goes to the old owner: the new one hears it once it
+		 * attached (a WINDOW is said by the next message anyway). */
+		s->move_fin |= type == STREAM_REQ_FIN;
+		s->move_reset |= type == STREAM_REQ_RESET;
+		return 0;
+	}
 	struct stream_tx *tx = calloc(1, sizeof(*tx));
 	if (!tx)
 		return -ENOMEM;
@@ -1104,7 +1115,8 @@ static unsigned stream_pay_owed(struct rpc *rpc)
 			pp = &s->owed_next;
 			continue;
 		}
-		bool owed = s->rx_told != s->rx.tail && !s->reset && s->state == STREAM_OPEN;
+		bool owed = s->rx_told != s->rx.tail && !s->reset && s->state == STREAM_OPEN &&
+			    !s->moving;
 		if (owed) {
 			if (!now)
 				now = clock_now_ns();
@@ -1302,6 +1314,249 @@ static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_
 	}
 }
 
+/* --- moving to another process --- */
+
+/* ATTACH's body: the peer's id for the stream and the cookie (seg), then
+ * the new owner's. */
+struct wire_attach {
+	struct wire_seg seg;
+	uint32_t sid;
+	uint32_t window;
+};
+_Static_assert(sizeof(struct wire_attach) == 40, "wire layout");
+
+static void move_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
+{
+	struct stream *s = ((struct stream_tx *)tag)->s;
+	const struct wire_ack *a = status == 0 && resp->data_size >= sizeof(struct wire_ack)
+					   ? (const void *)resp->buf
+					   : NULL;
+	if (a && a->status == 0) {
+		s->move_acked = true;
+		s->move_peer_tx = a->seq;
+	} else if (a && a->status == -EAGAIN) {
+		s->move_retry = true;
+	} else {
+		s->move_refused = true;
+	}
+	ctl_cont(rpc, status, resp, tag);
+}
+
+int stream_move_out(struct rpc *rpc, struct stream *s, uint64_t cookie)
+{
+	if (s->state != STREAM_OPEN || s->reset)
+		return -ECONNRESET;
+	s->move_acked = s->move_retry = s->move_refused = false;
+	s->moving = true;
+	if (s->held)
+		stream_answer_held(rpc, s, 0, NULL, 0, 0);
+	int rc = stream_send_ctl(rpc, s, STREAM_REQ_MOVE, cookie, move_cont);
+	if (rc == 0)
+		st_tx_pending = true;
+	return rc;
+}
+
+bool stream_move_ready(const struct stream *s)
+{
+	return s->move_acked && s->rx.tail >= s->move_peer_tx && s->inflight == 0 && !s->held;
+}
+
+size_t stream_snapshot(const struct stream *s, struct stream_snap *snap, void *buf, size_t cap)
+{
+	memset(snap, 0, sizeof(*snap));
+	snap->magic = STREAM_SNAP_MAGIC;
+	snap->peer_sid = s->peer_sid;
+	snap->peer_window = s->peer_window;
+	snap->rx_fin = s->rx_fin;
+	snap->rd_shut = s->rd_shut;
+	snap->wr_shut = s->wr_shut;
+	snap->fin_sent = s->fin_sent;
+	snap->rx_head = s->rx.head;
+	snap->rx_tail = s->rx.tail;
+	snap->rx_advertised = s->rx_advertised;
+	snap->rx_told = s->rx_told;
+	snap->fin_seq = s->fin_seq;
+	snap->tx_seq = s->tx_seq;
+	snap->tx_acked = s->tx_acked;
+	snap->tx_delivered = s->tx_delivered;
+	snap->local = s->local;
+	snap->local_len = s->local_len;
+	snap->peer = s->peer;
+	snap->peer_len = s->peer_len;
+	struct iovec v = {.iov_base = buf, .iov_len = cap};
+	return rxbuf_read((struct rxbuf *)&s->rx, &v, 1, true);
+}
+
+void stream_detach(struct stream *s)
+{
+	s->file = NULL;
+	s->reset = true; /* off the owed list at its next walk */
+	s->state = STREAM_FAILED;
+	s->ended = false; /* a bound placeholder is closed, not pooled */
+	stream_put(s);
+}
+
+unsigned stream_count(void)
+{
+	return st_used - st_nfree;
+}
+
+void stream_orphan(struct stream *s)
+{
+	s->file = NULL;
+}
+
+struct stream *stream_find(uint32_t sid, uint32_t peer_sid, uint64_t token)
+{
+	uint32_t idx = sid & SID_INDEX_MASK;
+	if (idx >= st_used)
+		return NULL;
+	struct stream *s = st_slots[idx];
+	if (!s || s->sid != sid || s->peer_sid != peer_sid || s->token != token)
+		return NULL;
+	return s;
+}
+
+static void attach_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
+{
+	struct stream *s = ((struct stream_tx *)tag)->s;
+	const struct wire_ack *a = status == 0 && resp->data_size >= sizeof(struct wire_ack)
+					   ? (const void *)resp->buf
+					   : NULL;
+	s->attaching = false;
+	if (!a || a->status != 0) {
+		log_debug("stream %u: the peer refused ATTACH (%d/%d)", s->sid, status,
+			  a ? a->status : 0);
+		stream_fail(s, ECONNRESET);
+	}
+	ctl_cont(rpc, status, resp, tag);
+	stream_notify(s, EPOLLOUT);
+}
+
+int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
+		   const void *bytes, size_t len, struct ffile *file, struct stream **out)
+{
+	if (snap->magic != STREAM_SNAP_MAGIC || snap->rx_tail - snap->rx_head != len ||
+	    len > STREAM_WINDOW || snap->local_len > sizeof(snap->local) ||
+	    snap->peer_len > sizeof(snap->peer))
+		return -EPROTO;
+	struct stream *s = stream_alloc();
+	if (!s)
+		return -ENOMEM;
+	s->rpc = rpc;
+	s->session = session;
+	s->token = rpc_session_token(rpc, session);
+	s->peer_sid = snap->peer_sid;
+	s->peer_window = snap->peer_window;
+	s->state = STREAM_OPEN;
+	s->established = true;
+	s->rx_fin = snap->rx_fin;
+	s->ended = snap->rx_fin;
+	s->rd_shut = snap->rd_shut;
+	s->wr_shut = snap->wr_shut;
+	s->fin_sent = snap->fin_sent;
+	s->fin_seq = snap->fin_seq;
+	s->rx.head = s->rx.tail = snap->rx_head;
+	if (len && rxbuf_put(&s->rx, snap->rx_head, bytes, len) != 0) {
+		stream_put(s);
+		return -ENOMEM;
+	}
+	s->rx_advertised = snap->rx_advertised;
+	s->rx_told = snap->rx_told;
+	s->tx_seq = snap->tx_seq;
+	s->tx_acked = snap->tx_acked;
+	s->tx_delivered = snap->tx_delivered;
+	s->local = snap->local;
+	s->local_len = snap->local_len;
+	s->peer = snap->peer;
+	s->peer_len = snap->peer_len;
+	s->file = file;
+	struct stream_tx *tx = calloc(1, sizeof(*tx));
+	struct msgbuf *m = tx ? rpc_alloc_msg(rpc, sizeof(struct wire_attach)) : NULL;
+	if (!m) {
+		free(tx);
+		stream_put(s);
+		return -ENOMEM;
+	}
+	struct wire_attach *w = (void *)m->buf;
+	*w = (struct wire_attach){.seg = {.sid = snap->peer_sid, .value = snap->cookie},
+				  .sid = s->sid,
+				  .window = s->rx.cap};
+	stream_tell(s, &w->seg.consumed, &w->seg.received);
+	tx->s = s;
+	tx->m = m;
+	int rc = rpc_enqueue_request(rpc, session, STREAM_REQ_ATTACH, m, attach_cont, tx);
+	if (rc) {
+		rpc_free_msg(rpc, m);
+		free(tx);
+		stream_put(s);
+		return rc;
+	}
+	s->refs++;
+	s->inflight++;
+	s->attaching = true;
+	st_tx_pending = true;
+	*out = s;
+	return 0;
+}
+
+static void handle_move(struct rpc *rpc, struct rpc_req *req, void *ctx)
+{
+	const struct msgbuf *m = rpc_req_msg(req);
+	if (m->data_size < sizeof(struct wire_seg)) {
+		respond_ack(rpc, req, -EPROTO, NULL);
+		return;
+	}
+	const struct wire_seg *w = (const void *)m->buf;
+	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
+	if (!s || s->reset || s->state != STREAM_OPEN || w->value == 0) {
+		respond_ack(rpc, req, -ECONNRESET, NULL);
+		return;
+	}
+	stream_heard(s, w->consumed, w->received);
+	s->moving = true;
+	s->move_cookie = w->value;
+	if (s->held)
+		stream_answer_held(rpc, s, 0, NULL, 0, 0);
+	/* The owner asks again once our requests in flight are answered, so
+	 * that what it hands over is all we sent. */
+	respond_ack(rpc, req, s->inflight ? -EAGAIN : 0, s);
+	stream_notify(s, 0);
+}
+
+static void handle_attach(struct rpc *rpc, struct rpc_req *req, void *ctx)
+{
+	const struct msgbuf *m = rpc_req_msg(req);
+	if (m->data_size < sizeof(struct wire_attach)) {
+		respond_ack(rpc, req, -EPROTO, NULL);
+		return;
+	}
+	const struct wire_attach *w = (const void *)m->buf;
+	uint32_t idx = w->seg.sid & SID_INDEX_MASK;
+	struct stream *s = idx < st_used ? st_slots[idx] : NULL;
+	if (!s || s->sid != w->seg.sid || !s->moving || s->move_cookie != w->seg.value) {
+		log_debug("stream %u: ATTACH refused (%s)", w->seg.sid,
+			  !s || s->sid != w->seg.sid ? "no such stream" : "not moving");
+		respond_ack(rpc, req, -ECONNREFUSED, NULL);
+		return;
+	}
+	int session = rpc_req_session(req);
+	s->session = session;
+	s->token = rpc_session_token(rpc, session);
+	s->peer_sid = w->sid;
+	s->peer_window = w->window;
+	s->moving = false;
+	s->move_cookie = 0;
+	stream_heard(s, w->seg.consumed, w->seg.received);
+	respond_ack(rpc, req, 0, s);
+	if (s->move_reset)
+		stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
+	else if (s->move_fin)
+		stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, ctl_cont);
+	s->move_fin = s->move_reset = false;
+	stream_notify(s, EPOLLOUT);
+}
+
 int stream_init(struct rpc *rpc)
 {
 	int rc = rpc_register_handler(rpc, STREAM_REQ_OPEN, handle_open, NULL);
@@ -1313,6 +1568,10 @@ int stream_init(struct rpc *rpc)
 		rc = rpc_register_handler(rpc, STREAM_REQ_FIN, handle_ctl, NULL);
 	if (!rc)
 		rc = rpc_register_handler(rpc, STREAM_REQ_RESET, handle_ctl, NULL);
+	if (!rc)
+		rc = rpc_register_handler(rpc, STREAM_REQ_MOVE, handle_move, NULL);
+	if (!rc)
+		rc = rpc_register_handler(rpc, STREAM_REQ_ATTACH, handle_attach, NULL);
 	if (rc)
 		return rc;
 	fin_timeout_read();

@@ -29,6 +29,8 @@ enum {
 	STREAM_REQ_WINDOW,
 	STREAM_REQ_FIN,
 	STREAM_REQ_RESET,
+	STREAM_REQ_MOVE,   /* owner -> peer: the stream moves to another process */
+	STREAM_REQ_ATTACH, /* new owner -> peer, on a session of its own */
 };
 
 enum stream_state {
@@ -75,6 +77,16 @@ struct stream {
 	bool ph_wait; /* closed, holding a reference for ph_fd until ended */
 	uint64_t closed_ns; /* when ph_wait began (CLOCK_MONOTONIC_COARSE) */
 	struct stream *accept_next;
+	/* Moving between processes (see stream_move_out): */
+	uint32_t born_fork;   /* stream_forks when it was made */
+	bool moving;          /* nothing goes to the peer meanwhile */
+	bool move_acked;      /* the owner: the peer stopped, at move_peer_tx */
+	bool move_retry;      /* the owner: the peer was busy; ask again */
+	bool move_refused;
+	bool attaching;       /* the new owner: ATTACH not answered yet */
+	bool move_fin, move_reset; /* the peer: closed while moving, said once attached */
+	uint64_t move_cookie; /* the peer: what the new owner must show */
+	uint64_t move_peer_tx;
 };
 
 struct listener {
@@ -178,6 +190,52 @@ bool stream_tx_deferred(void);
 void stream_tx_deferred_clear(void);
 /* Closes with a reset instead of a FIN (SO_LINGER with a zero timeout). */
 void stream_abort(struct rpc *rpc, struct stream *s);
+
+/*
+ * Streams that follow their descriptor into another process (fork, then the
+ * child uses it). The owner asks the peer to stop (MOVE) and waits until
+ * every byte either way is in (stream_move_ready); it then hands the
+ * stream's state, unread bytes included, to the new owner
+ * (stream_snapshot) and forgets it (stream_detach). The new owner dials the
+ * peer and continues the stream on a session of its own (stream_restore
+ * sends ATTACH with the cookie the owner gave the peer). Data never passes
+ * through a third process and nothing is lost or said twice.
+ */
+extern uint32_t stream_forks; /* forks of this process that left children */
+struct stream_snap {
+	uint32_t magic;
+	uint32_t peer_sid, peer_window;
+	uint8_t rx_fin, rd_shut, wr_shut, fin_sent;
+	uint64_t cookie;
+	uint64_t rx_head, rx_tail, rx_advertised, rx_told, fin_seq;
+	uint64_t tx_seq, tx_acked, tx_delivered;
+	struct sockaddr_storage local, peer, peer_mgmt;
+	socklen_t local_len, peer_len, peer_mgmt_len;
+};
+#define STREAM_SNAP_MAGIC 0x66727931u
+/* The owner: sends MOVE; s stops sending. 0 or -errno. */
+int stream_move_out(struct rpc *rpc, struct stream *s, uint64_t cookie);
+/* Whether the peer stopped and every byte either way arrived. */
+bool stream_move_ready(const struct stream *s);
+/* Fills snap (not peer_mgmt) and returns the unread bytes' count; copies
+ * them to buf (cap at least STREAM_WINDOW). */
+size_t stream_snapshot(const struct stream *s, struct stream_snap *snap, void *buf, size_t cap);
+/* Streams alive in this process. */
+unsigned stream_count(void);
+/* Forgets s without a word to the peer, which waits for the new owner;
+ * drops the owner's reference (its file's, or its orphan's). */
+void stream_detach(struct stream *s);
+/* The new owner: a stream from snap and its unread bytes on session, with
+ * ATTACH sent; writes wait for its answer. */
+int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
+		   const void *bytes, size_t len, struct ffile *file, struct stream **out);
+/* The owner, once it has no file for s any more (it closed its copy while
+ * a child still held one): s waits for the child (stream_close later). */
+void stream_orphan(struct stream *s);
+/* A stream of this process by its id, with the peer's id and the session's
+ * token it had, or NULL. */
+struct stream *stream_find(uint32_t sid, uint32_t peer_sid, uint64_t token);
+#define STREAM_WINDOW_MAX (256u << 10)
 
 /* Sends FIN on every open stream (at exit, so peers see EOF at once). */
 void stream_fin_all(struct rpc *rpc);

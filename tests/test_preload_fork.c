@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -116,4 +117,128 @@ Test(fork, a_parent_that_accepts_again_after_a_fork_is_served, .timeout = 30)
 	close(srv);
 	close(cli);
 	close(lis);
+}
+
+/* The client of a_stream_accepted_then_forked_is_served_by_the_child, in a
+ * process of its own: "early", then (once told) "later", then it expects
+ * the echo and the server's FIN. */
+static void echo_client(const struct sockaddr_in *a, int go)
+{
+	alarm(10);
+	int cli = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(cli, (const struct sockaddr *)a, sizeof(*a)) != 0 || write(cli, "early", 5) != 5)
+		_exit(2);
+	char c;
+	if (read(go, &c, 1) != 1 || write(cli, "later", 5) != 5)
+		_exit(3);
+	char b[64];
+	size_t got = 0;
+	for (;;) {
+		ssize_t n = read(cli, b + got, sizeof(b) - got);
+		if (n < 0)
+			_exit(4);
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	bool ok = got == 15 && memcmp(b, "echo:earlylater", 15) == 0;
+	struct ferry_stats *st = ferry_stats();
+	ok &= st && st->streams_connected == 1;
+	exit(ok ? 0 : 5);
+}
+
+/* postgres's shape: accept, fork, the child serves, the parent closes its
+ * copy at once; bytes that came before the fork wait unread in the parent
+ * and must reach the child. */
+Test(fork, a_stream_accepted_then_forked_is_served_by_the_child, .timeout = 30)
+{
+	env_udp();
+	signal(SIGPIPE, SIG_IGN);
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t client = fork();
+	cr_assert_geq(client, 0);
+	if (client == 0)
+		echo_client(&a, go[0]);
+	int srv = accept(lis, NULL, NULL);
+	cr_assert_geq(srv, 0);
+	usleep(20000); /* "early" arrives here, before the fork */
+	pid_t server = fork();
+	cr_assert_geq(server, 0);
+	if (server == 0) {
+		alarm(10);
+		char b[64];
+		size_t got = 0;
+		while (got < 10) {
+			ssize_t n = read(srv, b + got, sizeof(b) - got);
+			if (n <= 0)
+				_exit(2);
+			got += (size_t)n;
+		}
+		if (memcmp(b, "earlylater", 10) != 0 || write(srv, "echo:", 5) != 5 ||
+		    write(srv, b, got) != (ssize_t)got)
+			_exit(3);
+		struct ferry_stats *st = ferry_stats();
+		bool carried = st && st->bytes_tx >= 15 && st->kernel_accepts == 0;
+		close(srv);
+		exit(carried ? 0 : 4); /* exit, not _exit: the FIN goes at exit */
+	}
+	close(srv); /* at once: no FIN while the child holds it */
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	int status;
+	cr_assert_eq(waitpid(server, &status, 0), server);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "server status %d", status);
+	cr_assert_eq(waitpid(client, &status, 0), client);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "client status %d", status);
+	close(lis);
+}
+
+/* The owner is gone (SIGKILL) before the child used its copy: the child
+ * reads a reset, never hangs. */
+Test(fork, a_stream_whose_owner_died_reads_as_reset_in_the_child, .timeout = 30)
+{
+	env_udp();
+	signal(SIGPIPE, SIG_IGN);
+	/* The holder is the owner's child: reparented here once the owner dies. */
+	cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	int port[2], go[2];
+	cr_assert_eq(pipe(port), 0);
+	cr_assert_eq(pipe(go), 0);
+	pid_t owner = fork();
+	cr_assert_geq(owner, 0);
+	if (owner == 0) {
+		alarm(10);
+		struct sockaddr_in a;
+		int lis = loopback_listener(&a);
+		if (write(port[1], &a, sizeof(a)) != sizeof(a))
+			_exit(2);
+		int srv = accept(lis, NULL, NULL);
+		if (srv < 0)
+			_exit(3);
+		pid_t holder = fork();
+		if (holder == 0) {
+			char c;
+			if (read(go[0], &c, 1) != 1)
+				_exit(2);
+			char b[4];
+			ssize_t n = read(srv, b, sizeof(b));
+			_exit(n == -1 && errno == ECONNRESET ? 0 : 3);
+		}
+		raise(SIGKILL);
+	}
+	struct sockaddr_in a;
+	cr_assert_eq(read(port[0], &a, sizeof(a)), sizeof(a));
+	int cli = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(cli, (struct sockaddr *)&a, sizeof(a)), 0);
+	int status;
+	cr_assert_eq(waitpid(owner, &status, 0), owner);
+	cr_assert(WIFSIGNALED(status));
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	pid_t holder = waitpid(-1, &status, 0);
+	cr_assert_gt(holder, 0);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "holder status %d", status);
+	close(cli);
+	prctl(PR_SET_CHILD_SUBREAPER, 0);
 }

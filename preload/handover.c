@@ -1,0 +1,528 @@
+/* Streams that follow their descriptor into a fork child: see handover.h. */
+#include "autoconfig.h"
+
+#include "preload/handover.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mgmt/mgmt.h"
+#include "mgmt/mgmt_net.h"
+#include "preload/fdtable.h"
+#include "preload/ferry.h"
+#include "preload/libc.h"
+#include "preload/sock.h"
+#include "preload/stream.h"
+#include "transport/clock.h"
+#include "transport/log.h"
+#include "transport/rpc.h"
+
+/* How long the owner waits for the peer to stop and the bytes to settle,
+ * and the new owner for the whole exchange. */
+#define HO_MOVE_NS (3000ull * 1000000ull)
+#define HO_FETCH_MS 5000
+
+struct ho_req {
+	uint32_t magic;
+	uint32_t sid, peer_sid;
+	uint32_t pad;
+	uint64_t token;
+};
+
+struct ho_resp {
+	int32_t status;
+	uint32_t len; /* unread bytes after this */
+	struct stream_snap snap;
+};
+
+/* A child forked while streams lived; it holds copies until it exits. */
+struct ho_child {
+	struct ho_child *next;
+	int pidfd;
+	uint32_t fork_no; /* stream_forks before its fork */
+};
+
+struct ho_orphan {
+	struct ho_orphan *next;
+	struct stream *s; /* holds the reference the closed file had */
+};
+
+/* Guards the lists; the thread and the fork path. Never held across a
+ * call that takes the endpoint lock, or the other way round except in
+ * handover_keep (endpoint lock, then this). */
+static pthread_mutex_t ho_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ho_child *ho_children;
+static struct ho_orphan *ho_orphans;
+static int ho_lfd = -1;   /* the unix socket children ask on */
+static int ho_wake = -1;  /* eventfd: the lists changed */
+static bool ho_started;
+static pthread_mutex_t ho_adopt_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static socklen_t ho_addr(pid_t pid, struct sockaddr_un *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	/* Abstract: gone with the process, nothing to clean up. */
+	int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ferry-handover.%u.%d",
+			 (unsigned)getuid(), (int)pid);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static bool ho_child_alive(const struct ho_child *c)
+{
+	struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
+	return libc()->poll(&p, 1, 0) == 0;
+}
+
+/* Whether a child forked since fork_no may still hold a copy (ho_lock). */
+static bool ho_held_since(uint32_t fork_no)
+{
+	for (struct ho_child *c = ho_children; c; c = c->next)
+		if (c->fork_no >= fork_no && ho_child_alive(c))
+			return true;
+	return false;
+}
+
+static void ho_poke(void)
+{
+	uint64_t one = 1;
+	ssize_t r = libc()->write(ho_wake, &one, sizeof(one));
+	(void)r;
+}
+
+/* --- the owner --- */
+
+static int ho_send_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t n = libc()->send(fd, p, len, MSG_NOSIGNAL);
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int ho_recv_all(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	while (len) {
+		ssize_t n = libc()->recv(fd, p, len, 0);
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Stops s at the peer and waits until every byte either way is in; then
+ * fills the answer. The endpoint lock is taken in turns, so the process
+ * goes on meanwhile. */
+static int ho_move(struct stream *s, struct ho_resp *resp, uint8_t *bytes)
+{
+	uint64_t cookie;
+	do
+		cookie = mgmt_net_random64();
+	while (cookie == 0);
+	ferry_lock();
+	int rc = stream_move_out(ferry.rpc, s, cookie);
+	ferry_unlock();
+	if (rc)
+		return rc;
+	uint64_t deadline = clock_now_ns() + HO_MOVE_NS;
+	for (;;) {
+		ferry_lock();
+		stream_run_once(ferry.rpc);
+		if (s->move_retry) {
+			s->move_retry = false;
+			rc = stream_move_out(ferry.rpc, s, cookie);
+		} else if (s->move_refused || s->reset) {
+			rc = -ECONNRESET;
+		} else if (stream_move_ready(s)) {
+			rc = 1;
+		}
+		if (rc == 1) {
+			resp->len = (uint32_t)stream_snapshot(s, &resp->snap, bytes, STREAM_WINDOW_MAX);
+			resp->snap.cookie = cookie;
+		}
+		ferry_unlock();
+		if (rc)
+			return rc < 0 ? rc : 0;
+		if (clock_now_ns() > deadline)
+			return -ETIMEDOUT;
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void ho_serve(int cfd)
+{
+	struct ho_req req;
+	struct ho_resp resp = {.status = -ECONNRESET};
+	uint8_t *bytes = malloc(STREAM_WINDOW_MAX);
+	if (!bytes || ho_recv_all(cfd, &req, sizeof(req)) != 0 || req.magic != STREAM_SNAP_MAGIC) {
+		free(bytes);
+		return;
+	}
+	ferry_lock();
+	struct stream *s = stream_find(req.sid, req.peer_sid, req.token);
+	if (s && (s->state != STREAM_OPEN || s->reset))
+		s = NULL;
+	/* The stream stays alive meanwhile: its file is pinned here, or it is
+	 * an orphan, which only this thread closes. */
+	struct ffile *f = s ? s->file : NULL;
+	if (f)
+		ffile_get(f);
+	int session = s ? s->session : -1;
+	ferry_unlock();
+	int rc = s ? 0 : -ECONNRESET;
+	if (s) {
+		struct sockaddr_storage peer_mgmt;
+		socklen_t peer_mgmt_len = 0;
+		ferry_internal_enter();
+		rc = mgmt_peer_addr(ferry.mgmt, ferry.rpc, session, &peer_mgmt, &peer_mgmt_len);
+		ferry_internal_leave();
+		if (rc == 0)
+			rc = ho_move(s, &resp, bytes);
+		resp.snap.peer_mgmt = peer_mgmt;
+		resp.snap.peer_mgmt_len = peer_mgmt_len;
+	}
+	resp.status = rc;
+	if (rc != 0)
+		resp.len = 0;
+	bool sent = ho_send_all(cfd, &resp, sizeof(resp)) == 0 &&
+		    ho_send_all(cfd, bytes, resp.len) == 0;
+	if (s) {
+		ferry_lock();
+		if (rc == 0 && sent) {
+			/* The child runs it now; our copy of the descriptor, if we
+			 * still have one, says reset from here on. */
+			struct fsock *sk = f ? f->priv : NULL;
+			if (sk && sk->stream == s) {
+				sk->stream = NULL;
+				f->kind = FFILE_DEAD;
+				ffile_notify(f, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP,
+					     EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP);
+			} else {
+				pthread_mutex_lock(&ho_lock);
+				for (struct ho_orphan **pp = &ho_orphans; *pp; pp = &(*pp)->next) {
+					if ((*pp)->s == s) {
+						struct ho_orphan *o = *pp;
+						*pp = o->next;
+						free(o);
+						break;
+					}
+				}
+				pthread_mutex_unlock(&ho_lock);
+			}
+			stream_detach(s);
+		} else {
+			s->moving = false; /* the child failed: the stream stays ours */
+			if (s->file)
+				stream_set_file(s, s->file);
+		}
+		ferry_unlock();
+		if (f)
+			ffile_put(&fdtab, f);
+		log_debug("handover: stream %u %s", req.sid, rc == 0 && sent ? "handed over" : "kept");
+	}
+	free(bytes);
+}
+
+/* Ends the orphans no child can use any more, as their close would have. */
+static void ho_reap_orphans(void)
+{
+	for (;;) {
+		struct stream *done = NULL;
+		pthread_mutex_lock(&ho_lock);
+		for (struct ho_orphan **pp = &ho_orphans; *pp; pp = &(*pp)->next) {
+			if (!ho_held_since((*pp)->s->born_fork)) {
+				struct ho_orphan *o = *pp;
+				*pp = o->next;
+				done = o->s;
+				free(o);
+				break;
+			}
+		}
+		pthread_mutex_unlock(&ho_lock);
+		if (!done)
+			return;
+		ferry_lock();
+		stream_close(ferry.rpc, done);
+		ferry_unlock();
+	}
+}
+
+static void ho_reap_children(void)
+{
+	pthread_mutex_lock(&ho_lock);
+	for (struct ho_child **pp = &ho_children; *pp;) {
+		struct ho_child *c = *pp;
+		if (ho_child_alive(c)) {
+			pp = &c->next;
+			continue;
+		}
+		*pp = c->next;
+		libc()->close(c->pidfd);
+		free(c);
+	}
+	pthread_mutex_unlock(&ho_lock);
+}
+
+static void *ho_main(void *arg)
+{
+	(void)arg;
+	ferry_internal_enter();
+	for (;;) {
+		/* Children's exits are seen through their pidfds. */
+		struct pollfd p[64];
+		nfds_t n = 0;
+		p[n++] = (struct pollfd){.fd = ho_lfd, .events = POLLIN};
+		p[n++] = (struct pollfd){.fd = ho_wake, .events = POLLIN};
+		pthread_mutex_lock(&ho_lock);
+		for (struct ho_child *c = ho_children; c && n < 64; c = c->next)
+			p[n++] = (struct pollfd){.fd = c->pidfd, .events = POLLIN};
+		bool orphans = ho_orphans != NULL;
+		pthread_mutex_unlock(&ho_lock);
+		int r = libc()->poll(p, n, orphans || n == 64 ? 100 : -1);
+		if (r < 0 && errno != EINTR)
+			break;
+		if (p[1].revents) {
+			uint64_t v;
+			ssize_t rd = libc()->read(ho_wake, &v, sizeof(v));
+			(void)rd;
+		}
+		if (p[0].revents & POLLIN) {
+			int cfd = libc()->accept4(ho_lfd, NULL, NULL, SOCK_CLOEXEC);
+			if (cfd >= 0) {
+				struct timeval tv = {.tv_sec = HO_FETCH_MS / 1000};
+				libc()->setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+				libc()->setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+				ho_serve(cfd);
+				libc()->close(cfd);
+			}
+		}
+		ho_reap_children();
+		ho_reap_orphans();
+	}
+	return NULL;
+}
+
+/* The socket children ask on and the thread that answers, once. */
+static int ho_start(void)
+{
+	if (ho_started)
+		return 0;
+	const struct libc_fns *c = libc();
+	struct sockaddr_un a;
+	socklen_t alen = ho_addr(getpid(), &a);
+	int lfd = c->socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0)
+		return -errno;
+	if (c->bind(lfd, (struct sockaddr *)&a, alen) != 0 || c->listen(lfd, 64) != 0) {
+		int err = -errno;
+		c->close(lfd);
+		return err;
+	}
+	int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (wake < 0) {
+		c->close(lfd);
+		return -errno;
+	}
+	ho_lfd = lfd;
+	ho_wake = wake;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_t t;
+	int rc = pthread_create(&t, NULL, ho_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		c->close(lfd);
+		c->close(wake);
+		ho_lfd = ho_wake = -1;
+		return -rc;
+	}
+	pthread_detach(t);
+	ho_started = true;
+	return 0;
+}
+
+void handover_fork_parent(pid_t child)
+{
+	if (stream_count() == 0)
+		return;
+	int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+	struct ho_child *c = pidfd >= 0 ? calloc(1, sizeof(*c)) : NULL;
+	if (!c) {
+		if (pidfd >= 0)
+			libc()->close(pidfd);
+		log_warn("handover: cannot watch child %d (%s): its copies of connections may "
+			 "end early",
+			 (int)child, strerror(errno));
+		return;
+	}
+	pthread_mutex_lock(&ho_lock);
+	c->pidfd = pidfd;
+	c->fork_no = stream_forks - 1;
+	c->next = ho_children;
+	ho_children = c;
+	int rc = ho_start();
+	pthread_mutex_unlock(&ho_lock);
+	if (rc)
+		log_warn("handover: cannot serve children (%s): their copies of connections say "
+			 "reset",
+			 strerror(-rc));
+	else
+		ho_poke();
+}
+
+void handover_fork_child(struct ffile *f, pid_t parent)
+{
+	struct fsock *sk = f->priv;
+	struct stream *s = sk ? sk->stream : NULL;
+	if (!s || sk->state != FSOCK_STREAM || s->state != STREAM_OPEN || s->reset) {
+		f->kind = FFILE_DEAD;
+		return;
+	}
+	sk->state = FSOCK_REMOTE;
+	sk->remote_pid = parent;
+	sk->remote_sid = s->sid;
+	sk->remote_peer_sid = s->peer_sid;
+	sk->remote_token = s->token;
+	sk->stream = NULL;
+	__atomic_store_n(&f->mask, 0, __ATOMIC_RELEASE);
+}
+
+bool handover_keep(struct stream *s)
+{
+	pthread_mutex_lock(&ho_lock);
+	bool keep = ho_started && ho_held_since(s->born_fork);
+	struct ho_orphan *o = keep ? calloc(1, sizeof(*o)) : NULL;
+	if (o) {
+		o->s = s;
+		o->next = ho_orphans;
+		ho_orphans = o;
+	}
+	pthread_mutex_unlock(&ho_lock);
+	if (!o)
+		return false;
+	stream_orphan(s);
+	ho_poke();
+	return true;
+}
+
+/* --- the new owner --- */
+
+static int ho_fetch(const struct fsock *sk, struct ho_resp *resp, uint8_t *bytes)
+{
+	const struct libc_fns *c = libc();
+	struct sockaddr_un a;
+	socklen_t alen = ho_addr(sk->remote_pid, &a);
+	int fd = c->socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	struct timeval tv = {.tv_sec = HO_FETCH_MS / 1000};
+	c->setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	c->setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	struct ho_req req = {.magic = STREAM_SNAP_MAGIC,
+			     .sid = sk->remote_sid,
+			     .peer_sid = sk->remote_peer_sid,
+			     .token = sk->remote_token};
+	int rc = 0;
+	if (c->connect(fd, (struct sockaddr *)&a, alen) != 0)
+		rc = -errno;
+	else if (ho_send_all(fd, &req, sizeof(req)) != 0 || ho_recv_all(fd, resp, sizeof(*resp)) != 0)
+		rc = -ECONNRESET;
+	else if (resp->status < 0)
+		rc = resp->status;
+	else if (resp->len > STREAM_WINDOW_MAX || ho_recv_all(fd, bytes, resp->len) != 0)
+		rc = -EPROTO;
+	c->close(fd);
+	return rc;
+}
+
+/* Until the peer answered ATTACH (bounded): the application's first send
+ * must find room, as on a kernel socket whose buffer is empty (postgres
+ * treats EAGAIN on its first reply as an error). */
+static void ho_wait_attached(struct stream *s)
+{
+	uint64_t end = clock_now_ns() + HO_MOVE_NS;
+	for (;;) {
+		ferry_lock();
+		stream_run_once(ferry.rpc);
+		bool done = !s->attaching;
+		ferry_unlock();
+		if (done || clock_now_ns() > end)
+			return;
+		sched_yield();
+	}
+}
+
+void handover_adopt(struct ffile *f)
+{
+	struct fsock *sk = f->priv;
+	pthread_mutex_lock(&ho_adopt_lock);
+	if (f->kind != FFILE_SOCK || sk->state != FSOCK_REMOTE) {
+		pthread_mutex_unlock(&ho_adopt_lock);
+		return;
+	}
+	struct ho_resp resp;
+	uint8_t *bytes = malloc(STREAM_WINDOW_MAX);
+	int rc = !bytes ? -ENOMEM : ferry_up() ? 0 : -ENOTCONN;
+	if (rc == 0) {
+		ferry_internal_enter();
+		rc = ho_fetch(sk, &resp, bytes);
+		ferry_internal_leave();
+	}
+	int ses = rc;
+	if (rc == 0) {
+		ferry_internal_enter();
+		ses = mgmt_connect(ferry.mgmt, ferry.rpc, (struct sockaddr *)&resp.snap.peer_mgmt,
+				   resp.snap.peer_mgmt_len, ferry.cfg.connect_timeout_ms);
+		ferry_internal_leave();
+	}
+	struct stream *s = NULL;
+	if (ses >= 0) {
+		ferry_lock();
+		rc = stream_restore(ferry.rpc, ses, &resp.snap, bytes, resp.len, f, &s);
+		if (rc == 0) {
+			sk->stream = s;
+			sk->state = FSOCK_STREAM;
+			stream_set_file(s, f);
+		}
+		ferry_unlock();
+	} else {
+		rc = ses;
+	}
+	if (rc != 0) {
+		ferry_log(FERRY_LOG_WARN,
+			  "a connection inherited from process %d cannot be taken over (%s): it "
+			  "reads as reset here",
+			  (int)sk->remote_pid, strerror(-rc));
+		f->kind = FFILE_DEAD;
+		__atomic_store_n(&f->mask, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP,
+				 __ATOMIC_RELEASE);
+	} else {
+		ho_wait_attached(s);
+		log_debug("handover: took over a stream from process %d", (int)sk->remote_pid);
+	}
+	free(bytes);
+	pthread_mutex_unlock(&ho_adopt_lock);
+}

@@ -1,0 +1,40 @@
+/*
+ * Streams that follow their descriptor into a fork child. A kernel socket
+ * belongs to every process holding it; a ferry stream lives in one
+ * process's endpoint, so the child's copy names the stream its parent runs
+ * (FSOCK_REMOTE). At the child's first use the parent hands it over: it
+ * stops the stream, waits until every byte either way is in, and sends the
+ * child the stream's state and unread bytes over a unix socket; the child
+ * dials the peer and continues the stream on its own session (stream.h,
+ * "moving"). The bytes then flow between the child and the peer directly.
+ * This is how a postgres backend serves what its postmaster accepted.
+ *
+ * The parent that closes its copy while a child forked since the stream
+ * began still runs keeps the stream, without a FIN (the kernel sends none
+ * while a copy is open): the child takes it over, or the stream ends
+ * normally once no such child is left.
+ */
+#ifndef FERRY_PRELOAD_HANDOVER_H
+#define FERRY_PRELOAD_HANDOVER_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+struct ffile;
+struct stream;
+
+/* In the parent after a fork (no lock held): child now holds copies of
+ * every stream. */
+void handover_fork_parent(pid_t child);
+/* In the fork child's pass, before the parent's streams are forgotten: f's
+ * stream becomes the parent's to hand over (FSOCK_REMOTE). */
+void handover_fork_child(struct ffile *f, pid_t parent);
+/* f is FSOCK_REMOTE: takes the stream over from its owner. Afterwards f is
+ * a stream of this process, or dead (reads say reset) when the owner is
+ * gone. Any thread, no lock held. */
+void handover_adopt(struct ffile *f);
+/* The application closed its last copy of s (endpoint lock held): true when
+ * a child may still use it, and s is kept (the caller must not close it). */
+bool handover_keep(struct stream *s);
+
+#endif

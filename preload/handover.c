@@ -29,6 +29,7 @@
 #include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/rpc.h"
+#include "transport/stats.h"
 
 /* How long the owner waits for the peer to stop and the bytes to settle,
  * and the new owner for the whole exchange. */
@@ -232,6 +233,7 @@ static void ho_serve(int cfd)
 				pthread_mutex_unlock(&ho_lock);
 			}
 			stream_detach(s);
+			stats_inc(ferry_stats()->streams_handed_over);
 		} else {
 			s->moving = false; /* the child failed: the stream stays ours */
 			if (s->file)
@@ -521,6 +523,7 @@ void handover_adopt(struct ffile *f)
 				 __ATOMIC_RELEASE);
 	} else {
 		ho_wait_attached(s);
+		stats_inc(ferry_stats()->streams_taken_over);
 		log_debug("handover: took over a stream from process %d", (int)sk->remote_pid);
 	}
 	free(bytes);

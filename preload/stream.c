@@ -99,6 +99,10 @@ static uint32_t *st_free;
 static uint32_t st_nfree;
 static struct listener *listeners;
 uint32_t stream_forks;
+/* A peer's stream told to move waits this long for its new owner: one
+ * that never comes (it died on the way) must not hang our writers. */
+#define STREAM_MOVE_TIMEOUT_NS (5000ull * 1000000ull)
+static unsigned st_nmoving; /* streams moving at the peer's word */
 
 /* DATA requests waiting for their answer (see stream_run_once). */
 #define ACK_PENDING_MAX 256
@@ -797,6 +801,7 @@ void stream_forget_all(void)
 	held_head = owed_head = NULL;
 	st_linger_oldest = UINT64_MAX;
 	st_nlinger = 0;
+	st_nmoving = 0;
 	work_update();
 	rxbuf_spares_release();
 	while (listeners) {
@@ -1158,6 +1163,21 @@ static void stream_linger_expire(struct rpc *rpc)
 		st_linger_oldest = oldest;
 }
 
+/* Resets the streams whose new owner never attached. */
+static void stream_move_expire(void)
+{
+	uint64_t now = clock_now_ns();
+	for (uint32_t i = 0; i < st_used; i++) {
+		struct stream *s = st_slots[i];
+		if (s && s->moving && s->move_cookie && now > s->move_deadline) {
+			s->moving = false;
+			s->move_cookie = 0;
+			st_nmoving--;
+			stream_fail(s, ECONNRESET);
+		}
+	}
+}
+
 unsigned stream_run_once(struct rpc *rpc)
 {
 	unsigned n = held_head ? stream_release_held(rpc) : 0;
@@ -1175,6 +1195,8 @@ unsigned stream_run_once(struct rpc *rpc)
 		n += stream_pay_owed(rpc);
 	if (st_linger_oldest != UINT64_MAX)
 		stream_linger_expire(rpc);
+	if (st_nmoving)
+		stream_move_expire();
 	if (n)
 		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 	work_update();
@@ -1514,8 +1536,11 @@ static void handle_move(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		return;
 	}
 	stream_heard(s, w->consumed, w->received);
+	if (!s->moving)
+		st_nmoving++;
 	s->moving = true;
 	s->move_cookie = w->value;
+	s->move_deadline = clock_now_ns() + STREAM_MOVE_TIMEOUT_NS;
 	if (s->held)
 		stream_answer_held(rpc, s, 0, NULL, 0, 0);
 	/* The owner asks again once our requests in flight are answered, so
@@ -1546,6 +1571,7 @@ static void handle_attach(struct rpc *rpc, struct rpc_req *req, void *ctx)
 	s->peer_sid = w->sid;
 	s->peer_window = w->window;
 	s->moving = false;
+	st_nmoving--;
 	s->move_cookie = 0;
 	stream_heard(s, w->seg.consumed, w->seg.received);
 	respond_ack(rpc, req, 0, s);

@@ -86,6 +86,7 @@ struct stream {
 	bool attaching;       /* the new owner: ATTACH not answered yet */
 	bool move_fin, move_reset; /* the peer: closed while moving, said once attached */
 	uint64_t move_cookie; /* the peer: what the new owner must show */
+	uint64_t move_deadline;
 	uint64_t move_peer_tx;
 };
 

@@ -398,6 +398,8 @@ void handover_fork_parent(pid_t child)
 void handover_fork_child(struct ffile *f, pid_t parent)
 {
 	struct fsock *sk = f->priv;
+	if (sk && sk->state == FSOCK_REMOTE)
+		return; /* a second number of the same file (the pass sees each) */
 	struct stream *s = sk ? sk->stream : NULL;
 	if (!s || sk->state != FSOCK_STREAM || s->state != STREAM_OPEN || s->reset) {
 		f->kind = FFILE_DEAD;

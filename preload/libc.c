@@ -108,6 +108,8 @@ static void libc_resolve_once(void)
 	RESOLVE(posix_spawnp);
 	RESOLVE(system);
 	RESOLVE(popen);
+	RESOLVE(execve);
+	RESOLVE(execvpe);
 	libc_resolving = 0;
 	__atomic_store_n(&libc_ready, 1, __ATOMIC_RELEASE);
 }

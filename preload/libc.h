@@ -71,6 +71,8 @@ struct libc_fns {
 	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
 			    const posix_spawnattr_t *, char *const[], char *const[]);
 	int (*system)(const char *);
+	int (*execve)(const char *, char *const[], char *const[]);
+	int (*execvpe)(const char *, char *const[], char *const[]);
 	FILE *(*popen)(const char *, const char *);
 };
 

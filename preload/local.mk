@@ -21,6 +21,7 @@ libferry_la_SOURCES += preload/phpool.c preload/phpool.h
 libferry_la_SOURCES += preload/spawn.c
 libferry_la_SOURCES += preload/lshare.c preload/lshare.h
 libferry_la_SOURCES += preload/handover.c preload/handover.h
+libferry_la_SOURCES += preload/inherit.c
 libferry_la_SOURCES += compat/glibc_entry.c
 libferry_la_CFLAGS = $(AM_CFLAGS) -fPIC
 libferry_la_LIBADD = libferry_core.la $(PTHREAD_LIBS)

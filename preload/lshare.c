@@ -113,6 +113,9 @@ static void lshare_collect(struct ffile *f, void *arg)
 	struct fsock *sk = f->priv;
 	if (f->kind != FFILE_SOCK || !sk || sk->state != FSOCK_LISTEN || !sk->lis)
 		return;
+	for (size_t i = 0; i < l->n; i++)
+		if (l->files[i] == f)
+			return; /* a second number of it */
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 8;
 		struct ffile **files = realloc(l->files, cap * sizeof(*files));
@@ -170,8 +173,8 @@ void lshare_fork_child_begin(void)
 void lshare_fork_child(struct ffile *f)
 {
 	struct fsock *sk = f->priv;
-	if (!sk || sk->state != FSOCK_LISTEN)
-		return;
+	if (!sk || sk->state != FSOCK_LISTEN || sk->lis_inherited)
+		return; /* not a listener, or a second number of one done already */
 	int num = sk->lis_rdv;
 	bool claimed = false;
 	for (unsigned i = 0; i < lshare_nclaimed; i++)

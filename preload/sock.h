@@ -109,6 +109,10 @@ void sock_share_all(void);
  * another process's too from now on. */
 void sock_passed(const struct msghdr *msg);
 
+/* A ferry socket for fd, which came from another program (exec, socket
+ * activation): its state is the caller's to set. NULL when it cannot be. */
+struct fsock *sock_adopt_inherited(int fd, int domain, bool nonblock);
+
 /* MGMT_LISTEN_* flags for a listening placeholder: the rendezvous socket
  * shares the port as the listener does. */
 unsigned sock_listen_flags(int fd, int family);

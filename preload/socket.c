@@ -253,6 +253,19 @@ static int sock_adopt(int fd, int domain, int type, int ph_fd)
 	return rc;
 }
 
+struct fsock *sock_adopt_inherited(int fd, int domain, bool nonblock)
+{
+	if (sock_adopt(fd, domain, SOCK_STREAM | (nonblock ? SOCK_NONBLOCK : 0), -1) != 0)
+		return NULL;
+	struct ffile *f = fdtable_get(&fdtab, fd);
+	if (!f)
+		return NULL;
+	struct fsock *sk = f->priv;
+	sk->bound = true;
+	ffile_put(&fdtab, f);
+	return sk;
+}
+
 /* Whether f's numbers are duplicates of a pooled socket the kernel keeps
  * no state of yet (file flags wait in f->status). */
 static bool sock_pooled_clean(const struct fsock *sk)

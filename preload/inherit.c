@@ -1,0 +1,382 @@
+/*
+ * Descriptors carried across exec. exec replaces ferry with the new
+ * program's ferry, which knows nothing of the descriptors it inherits; the
+ * old image writes what they are into FERRY_INHERIT, and the new one reads
+ * it at load, before main:
+ *  - a stream another process runs (a fork child's copy, handover.h): the
+ *    new program takes it over at first use, as the child would have (an
+ *    inetd-style server forks, dup2s the connection to 0 and 1, and execs);
+ *  - a listener: its rendezvous socket is carried too (not close-on-exec),
+ *    and the new program answers on it once it accepts (lshare.h), as with
+ *    nginx's binary upgrade.
+ * A stream this very process runs cannot follow: its state lives in the
+ * image exec discards; the new program sees a socket that is not connected.
+ * Listeners handed over by systemd-style socket activation (LISTEN_FDS)
+ * become ferry listeners the same way, with a rendezvous socket of their own.
+ */
+#include "autoconfig.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "preload/export.h"
+#include "preload/fdtable.h"
+#include "preload/ferry.h"
+#include "preload/libc.h"
+#include "preload/sock.h"
+#include "preload/stream.h"
+
+#define INHERIT_VAR "FERRY_INHERIT"
+
+#define IB_FILES_MAX 256
+
+struct inherit_buf {
+	char *s;
+	size_t len, cap;
+	int *dups; /* rendezvous duplicates made for this exec */
+	size_t ndups, capdups;
+	struct ffile *files[IB_FILES_MAX]; /* files written already */
+	size_t nfiles;
+};
+
+static void ib_add(struct inherit_buf *b, const char *entry)
+{
+	size_t n = strlen(entry);
+	if (b->len + n + 2 > b->cap) {
+		size_t cap = (b->cap ? b->cap * 2 : 256) + n;
+		char *s = realloc(b->s, cap);
+		if (!s)
+			return;
+		b->s = s;
+		b->cap = cap;
+	}
+	if (b->len)
+		b->s[b->len++] = ',';
+	memcpy(b->s + b->len, entry, n + 1);
+	b->len += n;
+}
+
+/* A duplicate of a listener's rendezvous socket that survives exec, at a
+ * number the new program is not about to get. */
+static int ib_rendezvous(struct inherit_buf *b, int rdv)
+{
+	if (b->ndups == b->capdups) {
+		size_t cap = b->capdups ? 2 * b->capdups : 4;
+		int *d = realloc(b->dups, cap * sizeof(*d));
+		if (!d)
+			return -1;
+		b->dups = d;
+		b->capdups = cap;
+	}
+	int fd = libc()->fcntl(rdv, F_DUPFD, 64);
+	if (fd >= 0)
+		b->dups[b->ndups++] = fd;
+	return fd;
+}
+
+static bool ib_seen(struct inherit_buf *b, struct ffile *f)
+{
+	for (size_t i = 0; i < b->nfiles; i++)
+		if (b->files[i] == f)
+			return true;
+	if (b->nfiles < IB_FILES_MAX)
+		b->files[b->nfiles++] = f;
+	return false;
+}
+
+static void ib_file(struct ffile *f, void *arg)
+{
+	struct inherit_buf *b = arg;
+	struct fsock *sk = f->priv;
+	if (f->kind != FFILE_SOCK || !sk)
+		return;
+	/* Called once per number: the file's numbers are all done at its first
+	 * (the table lock is held, so f->fds is read directly). */
+	if (f->nfds == 0 || ib_seen(b, f))
+		return;
+	const int *fds = f->fds;
+	for (unsigned i = 0; i < f->nfds; i++) {
+		int fl = libc()->fcntl(fds[i], F_GETFD);
+		if (fl < 0 || (fl & FD_CLOEXEC))
+			continue;
+		char e[128];
+		int nb = ffile_nonblock(f);
+		if (sk->state == FSOCK_REMOTE) {
+			snprintf(e, sizeof(e), "S%d:%d:%d:%" PRIu32 ":%" PRIu32 ":%" PRIx64, fds[i],
+				 nb, (int)sk->remote_pid, sk->remote_sid, sk->remote_peer_sid,
+				 sk->remote_token);
+			ib_add(b, e);
+		} else if (sk->state == FSOCK_LISTEN && sk->lis_rdv >= 0) {
+			int rdv = ib_rendezvous(b, sk->lis_rdv);
+			if (rdv < 0)
+				continue;
+			snprintf(e, sizeof(e), "L%d:%d:%d:%d", fds[i], nb, rdv, sk->lis_backlog);
+			ib_add(b, e);
+		}
+	}
+}
+
+/* envp with FERRY_INHERIT describing this process's ferry sockets, or
+ * envp itself when there are none. *b holds what to free. */
+static char *const *inherit_env(char *const envp[], struct inherit_buf *b, char ***owned)
+{
+	memset(b, 0, sizeof(*b));
+	*owned = NULL;
+	if (ferry_internal() || !fdtab.slots)
+		return envp;
+	fdtable_each(&fdtab, ib_file, b);
+	if (!b->len)
+		return envp;
+	size_t n = 0;
+	while (envp && envp[n])
+		n++;
+	char **env = malloc((n + 2) * sizeof(*env));
+	char *var = malloc(sizeof(INHERIT_VAR) + 1 + b->len);
+	if (!env || !var) {
+		free(env);
+		free(var);
+		return envp;
+	}
+	sprintf(var, INHERIT_VAR "=%s", b->s);
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(envp[i], INHERIT_VAR "=", sizeof(INHERIT_VAR)) != 0)
+			env[k++] = envp[i];
+	env[k++] = var;
+	env[k] = NULL;
+	*owned = env;
+	return env;
+}
+
+/* exec failed: nothing was carried. */
+static void inherit_undo(struct inherit_buf *b, char **owned)
+{
+	int saved = errno;
+	for (size_t i = 0; i < b->ndups; i++)
+		libc()->close(b->dups[i]);
+	if (owned) {
+		for (size_t i = 0; owned[i]; i++)
+			if (!strncmp(owned[i], INHERIT_VAR "=", sizeof(INHERIT_VAR)))
+				free(owned[i]);
+		free(owned);
+	}
+	free(b->dups);
+	free(b->s);
+	errno = saved;
+}
+
+FERRY_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	struct inherit_buf b;
+	char **owned;
+	char *const *env = inherit_env(envp, &b, &owned);
+	int rc = libc()->execve(path, argv, env);
+	inherit_undo(&b, owned);
+	return rc;
+}
+
+FERRY_EXPORT int execv(const char *path, char *const argv[])
+{
+	return execve(path, argv, environ);
+}
+
+FERRY_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	struct inherit_buf b;
+	char **owned;
+	char *const *env = inherit_env(envp, &b, &owned);
+	int rc = libc()->execvpe(file, argv, env);
+	inherit_undo(&b, owned);
+	return rc;
+}
+
+FERRY_EXPORT int execvp(const char *file, char *const argv[])
+{
+	return execvpe(file, argv, environ);
+}
+
+/* The execl family's arguments as an array (malloc'd: exec frees it all
+ * when it succeeds); with_env takes the environment that follows them. */
+static char **execl_argv(const char *first, va_list ap, bool with_env, char *const **envp)
+{
+	va_list count;
+	va_copy(count, ap);
+	size_t argc = 1;
+	while (va_arg(count, char *))
+		argc++;
+	va_end(count);
+	char **argv = malloc((argc + 1) * sizeof(*argv));
+	if (!argv)
+		return NULL;
+	argv[0] = (char *)first;
+	for (size_t i = 1; i <= argc; i++)
+		argv[i] = va_arg(ap, char *);
+	if (with_env)
+		*envp = va_arg(ap, char *const *);
+	return argv;
+}
+
+FERRY_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	va_start(ap, arg);
+	char **argv = execl_argv(arg, ap, false, NULL);
+	va_end(ap);
+	int rc = argv ? execve(path, argv, environ) : -1;
+	free(argv);
+	return rc;
+}
+
+FERRY_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	va_list ap;
+	va_start(ap, arg);
+	char **argv = execl_argv(arg, ap, false, NULL);
+	va_end(ap);
+	int rc = argv ? execvpe(file, argv, environ) : -1;
+	free(argv);
+	return rc;
+}
+
+FERRY_EXPORT int execle(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	char *const *envp = NULL;
+	va_start(ap, arg);
+	char **argv = execl_argv(arg, ap, true, &envp);
+	va_end(ap);
+	int rc = argv ? execve(path, argv, envp) : -1;
+	free(argv);
+	return rc;
+}
+
+/* --- the new program --- */
+
+static bool inherit_tcp(int fd, int *domain, bool *listening)
+{
+	const struct libc_fns *c = libc();
+	struct stat st;
+	int proto = 0, acc = 0;
+	socklen_t l = sizeof(int), l2 = sizeof(int), l3 = sizeof(int);
+	if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) ||
+	    c->getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l) != 0 || proto != IPPROTO_TCP ||
+	    c->getsockopt(fd, SOL_SOCKET, SO_DOMAIN, domain, &l2) != 0 ||
+	    (*domain != AF_INET && *domain != AF_INET6) ||
+	    c->getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l3) != 0)
+		return false;
+	*listening = acc != 0;
+	return true;
+}
+
+static void inherit_listener(int fd, int domain, bool nb, int rdv, int backlog)
+{
+	struct fsock *sk = sock_adopt_inherited(fd, domain, nb);
+	if (!sk) {
+		if (rdv >= 0)
+			libc()->close(rdv);
+		return;
+	}
+	sk->state = FSOCK_LISTEN;
+	sk->bound = true;
+	sk->lis_backlog = backlog > 0 ? backlog : SOMAXCONN;
+	sk->lis_rdv = rdv >= 0 ? libc()->fcntl(rdv, F_DUPFD_CLOEXEC, rdv) : -1;
+	if (rdv >= 0)
+		libc()->close(rdv);
+	sk->lis_inherited = true;
+	sk->lis_shared = true;
+	sk->file->hybrid = true; /* plain clients still come through the kernel */
+	__atomic_store_n(&sk->file->mask, 0, __ATOMIC_RELEASE);
+}
+
+/* Streams read so far from FERRY_INHERIT (the constructor only). */
+#define INHERIT_SEEN_MAX 64
+static struct fsock *inherit_seen[INHERIT_SEEN_MAX];
+static unsigned inherit_nseen;
+
+static void inherit_entry(const char *e)
+{
+	int fd, domain, nb = 0, rdv = -1, backlog = 0;
+	bool listening;
+	if (e[0] == 'S') {
+		int pid;
+		uint32_t sid, peer_sid;
+		uint64_t token;
+		if (sscanf(e + 1, "%d:%d:%d:%" SCNu32 ":%" SCNu32 ":%" SCNx64, &fd, &nb, &pid, &sid,
+			   &peer_sid, &token) != 6 ||
+		    !inherit_tcp(fd, &domain, &listening) || listening)
+			return;
+		/* Numbers of one stream (inetd's 0 and 1) share one file, as dup's. */
+		for (unsigned i = 0; i < inherit_nseen; i++) {
+			struct fsock *seen = inherit_seen[i];
+			if (seen->remote_pid == pid && seen->remote_sid == sid &&
+			    seen->remote_token == token) {
+				fdtable_install(&fdtab, fd, seen->file);
+				return;
+			}
+		}
+		struct fsock *sk = sock_adopt_inherited(fd, domain, nb);
+		if (!sk)
+			return;
+		if (inherit_nseen < INHERIT_SEEN_MAX)
+			inherit_seen[inherit_nseen++] = sk;
+		sk->state = FSOCK_REMOTE;
+		sk->remote_pid = pid;
+		sk->remote_sid = sid;
+		sk->remote_peer_sid = peer_sid;
+		sk->remote_token = token;
+		__atomic_store_n(&sk->file->mask, 0, __ATOMIC_RELEASE);
+	} else if (e[0] == 'L') {
+		if (sscanf(e + 1, "%d:%d:%d:%d", &fd, &nb, &rdv, &backlog) != 4)
+			return;
+		if (!inherit_tcp(fd, &domain, &listening) || !listening) {
+			libc()->close(rdv);
+			return;
+		}
+		inherit_listener(fd, domain, nb, rdv, backlog);
+	}
+}
+
+/* systemd's protocol: LISTEN_FDS sockets from 3 on, for LISTEN_PID. */
+static void inherit_activation(void)
+{
+	const char *n = getenv("LISTEN_FDS"), *pid = getenv("LISTEN_PID");
+	if (!n || !pid || atoi(pid) != (int)getpid())
+		return;
+	int count = atoi(n);
+	for (int fd = 3; fd < 3 + count && count > 0 && count < 4096; fd++) {
+		int domain;
+		bool listening;
+		if (!fdtable_maybe(&fdtab, fd) && inherit_tcp(fd, &domain, &listening) && listening)
+			inherit_listener(fd, domain, libc()->fcntl(fd, F_GETFL) & O_NONBLOCK, -1, 0);
+	}
+}
+
+__attribute__((constructor)) static void inherit_constructor(void)
+{
+	const char *list = getenv(INHERIT_VAR);
+	const char *enable = getenv("FERRY_ENABLE");
+	bool on = !enable || strcmp(enable, "0") != 0;
+	if (!list && !getenv("LISTEN_FDS"))
+		return;
+	libc_resolve();
+	if (on && (fdtab.slots || fdtable_init(&fdtab, 0) == 0)) {
+		if (list) {
+			char *copy = strdup(list);
+			for (char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL; e;
+			     e = strtok_r(NULL, ",", &save))
+				inherit_entry(e);
+			free(copy);
+		}
+		inherit_activation();
+	}
+	unsetenv(INHERIT_VAR); /* for this image only; its own exec writes it anew */
+}

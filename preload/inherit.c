@@ -133,8 +133,14 @@ static char *const *inherit_env(char *const envp[], struct inherit_buf *b, char 
 	*owned = NULL;
 	if (ferry_internal() || !fdtab.slots)
 		return envp;
+	/* The pid first: exec keeps it, so a program that finds another's
+	 * list (passed on by a program without ferry) leaves it alone. */
+	char pid[32];
+	snprintf(pid, sizeof(pid), "P%d", (int)getpid());
+	ib_add(b, pid);
+	size_t bare = b->len;
 	fdtable_each(&fdtab, ib_file, b);
-	if (!b->len)
+	if (b->len == bare)
 		return envp;
 	size_t n = 0;
 	while (envp && envp[n])
@@ -371,9 +377,10 @@ __attribute__((constructor)) static void inherit_constructor(void)
 	if (on && (fdtab.slots || fdtable_init(&fdtab, 0) == 0)) {
 		if (list) {
 			char *copy = strdup(list);
-			for (char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL; e;
-			     e = strtok_r(NULL, ",", &save))
-				inherit_entry(e);
+			char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL;
+			if (e && e[0] == 'P' && atoi(e + 1) == (int)getpid())
+				while ((e = strtok_r(NULL, ",", &save)))
+					inherit_entry(e);
 			free(copy);
 		}
 		inherit_activation();

@@ -80,6 +80,7 @@ FERRY_EXPORT pid_t fork(void)
 	const struct libc_fns *c = libc();
 	if (ferry_internal() || ferry_state() != FERRY_ON)
 		return c->fork();
+	handover_fork_prepare();
 	/* Hold the endpoint and the table still across the fork, so the
 	 * child's copies are consistent. */
 	ferry_lock();

@@ -366,18 +366,35 @@ static int ho_start(void)
 	return 0;
 }
 
-void handover_fork_parent(pid_t child)
+void handover_fork_prepare(void)
 {
 	if (stream_count() == 0)
 		return;
+	pthread_mutex_lock(&ho_lock);
+	int rc = ho_start();
+	pthread_mutex_unlock(&ho_lock);
+	if (rc)
+		log_warn("handover: cannot serve children (%s): their copies of connections say "
+			 "reset",
+			 strerror(-rc));
+}
+
+void handover_fork_parent(pid_t child)
+{
+	if (!ho_started || stream_count() == 0)
+		return;
 	int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
-	struct ho_child *c = pidfd >= 0 ? calloc(1, sizeof(*c)) : NULL;
+	if (pidfd < 0) {
+		/* ESRCH: it is gone already, and holds nothing. */
+		if (errno != ESRCH)
+			log_warn("handover: cannot watch child %d (%s): connections it holds a copy "
+				 "of may end while it runs",
+				 (int)child, strerror(errno));
+		return;
+	}
+	struct ho_child *c = calloc(1, sizeof(*c));
 	if (!c) {
-		if (pidfd >= 0)
-			libc()->close(pidfd);
-		log_warn("handover: cannot watch child %d (%s): its copies of connections may "
-			 "end early",
-			 (int)child, strerror(errno));
+		libc()->close(pidfd);
 		return;
 	}
 	pthread_mutex_lock(&ho_lock);
@@ -385,14 +402,8 @@ void handover_fork_parent(pid_t child)
 	c->fork_no = stream_forks - 1;
 	c->next = ho_children;
 	ho_children = c;
-	int rc = ho_start();
 	pthread_mutex_unlock(&ho_lock);
-	if (rc)
-		log_warn("handover: cannot serve children (%s): their copies of connections say "
-			 "reset",
-			 strerror(-rc));
-	else
-		ho_poke();
+	ho_poke();
 }
 
 void handover_fork_child(struct ffile *f, pid_t parent)

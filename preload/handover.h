@@ -23,6 +23,9 @@
 struct ffile;
 struct stream;
 
+/* Before a fork (no lock held): the socket children ask on exists before
+ * any child could ask. */
+void handover_fork_prepare(void);
 /* In the parent after a fork (no lock held): child now holds copies of
  * every stream. */
 void handover_fork_parent(pid_t child);

@@ -300,6 +300,11 @@ static void inherit_listener(int fd, int domain, bool nb, int rdv, int backlog)
 	sk->lis_inherited = true;
 	sk->lis_shared = true;
 	sk->file->hybrid = true; /* plain clients still come through the kernel */
+	/* The kernel side is only ever polled, as a listener's made here: the
+	 * application's blocking mode is the file's (nb). */
+	int fl = libc()->fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		libc()->fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 	__atomic_store_n(&sk->file->mask, 0, __ATOMIC_RELEASE);
 }
 

@@ -9,11 +9,13 @@ tests_sockets_sockcheck_SOURCES += tests/sockets/scen_handover.c
 TESTS += tests/sockets/check.sh
 EXTRA_DIST += tests/sockets/check.sh tests/integration/lib.sh
 # tests/integration: real servers and clients preloaded (transport: FERRY_TEST_TRANSPORT, default udp).
-check_PROGRAMS += tests/integration/tcpcat tests/integration/connhold
+check_PROGRAMS += tests/integration/tcpcat tests/integration/connhold tests/integration/procserve
+tests_integration_procserve_SOURCES = tests/integration/procserve.c
 tests_integration_tcpcat_SOURCES = tests/integration/tcpcat.c
 tests_integration_connhold_SOURCES = tests/integration/connhold.c
 FERRY_INTEGRATION_TESTS = tests/integration/ferry_run.sh tests/integration/redis.sh tests/integration/memcached.sh \
-	tests/integration/mixed.sh tests/integration/kill.sh tests/integration/idle.sh
+	tests/integration/mixed.sh tests/integration/kill.sh tests/integration/idle.sh \
+	tests/integration/process.sh
 TESTS += $(FERRY_INTEGRATION_TESTS)
 EXTRA_DIST += $(FERRY_INTEGRATION_TESTS)
 # The same tests over other datapaths: make check-transport FERRY_TEST_TRANSPORT='udp softib'

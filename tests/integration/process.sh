@@ -1,0 +1,97 @@
+#!/bin/sh
+# Echo servers in the process models servers use (tests/integration/procserve.c),
+# preloaded, each checked byte for byte from 1 B to 1 MB by preloaded clients:
+# fork per connection (the child serves what the parent accepted), a parent
+# that keeps a connection its child held, inetd-style exec of cat, a listener
+# carried across exec, systemd-style socket activation, and prefork workers
+# whose master exited. The counters must show ferry carried every connection
+# to the process that served it, with no fallback. Usage: process.sh [TRANSPORT]
+. "$(dirname "$0")/lib.sh"
+need ss od cmp pkill
+need_ferry
+
+procserve=$builddir/tests/integration/procserve
+tcpcat=$builddir/tests/integration/tcpcat
+[ -x "$procserve" ] && [ -x "$tcpcat" ] || skip "procserve or tcpcat not built"
+# tcpcat writes all it reads before it reads the echo: past both directions
+# windows (256 KiB each) it would wait on itself, under ferry as under a
+# kernel whose buffers are smaller than the transfer.
+sizes="1 1000 65536 100000 400000"
+nsizes=$(echo $sizes | wc -w)
+
+# echo_check NAME PORT: every size goes there and comes back intact.
+echo_check() {
+	for size in $sizes; do
+		head -c "$size" /dev/urandom >"$work/in"
+		timeout 60 "$ferry_run" --transport "$transport" --stats "$work/stats-cli$1-%p.json" \
+			"$tcpcat" 127.0.0.1 "$2" <"$work/in" >"$work/out" 2>"$work/cli.err" ||
+			fail "$1: $size bytes: tcpcat failed: $(cat "$work/cli.err")"
+		cmp -s "$work/in" "$work/out" ||
+			fail "$1: $size bytes: $(wc -c <"$work/out") came back, or different bytes"
+	done
+	log "$1: $nsizes echoes of 1 B to 400 KB, byte for byte"
+}
+
+# stop NAME: ends the server processes of a mode (workers and children too).
+stop() {
+	pkill -TERM -f "procserve $1 $2" 2>/dev/null
+	_i=0
+	while pgrep -f "procserve $1 $2" >/dev/null && [ $_i -lt 50 ]; do sleep 0.1; _i=$((_i + 1)); done
+	pkill -KILL -f "procserve $1 $2" 2>/dev/null
+	sleep 0.2
+}
+
+for mode in fork keep exec; do
+	port=$(free_port)
+	if [ $mode = exec ]; then
+		bgf "srv$mode" "$procserve" exec "$port" cat
+	else
+		bgf "srv$mode" "$procserve" "$mode" "$port"
+	fi
+	wait_listen "$port"
+	echo_check "$mode" "$port"
+	stop "$mode" "$port"
+	check_transport "srv$mode"
+	counter_eq "$mode: server fallbacks" "$(stat_sum fallbacks "srv$mode")" 0
+	counter_eq "$mode: client fallbacks" "$(stat_sum fallbacks "cli$mode")" 0
+	counter_ge "$mode: server streams_accepted" "$(stat_sum streams_accepted "srv$mode")" "$nsizes"
+	if [ $mode = keep ]; then
+		counter_eq "$mode: streams taken over" "$(stat_sum streams_taken_over "srv$mode")" 0
+	else
+		# Each connection was served by the process that took it over.
+		counter_ge "$mode: streams taken over" "$(stat_sum streams_taken_over "srv$mode")" "$nsizes"
+	fi
+done
+
+# A listener carried across exec (the launcher listens under ferry).
+port=$(free_port)
+bgf srvexecl "$procserve" activate "$port" "$procserve" serve3 "$port"
+wait_listen "$port"
+echo_check execl "$port"
+stop serve3 "$port"
+counter_eq "listener across exec: server fallbacks" \
+	$(($(stat_sum fallbacks srvexecl) + $(stat_sum kernel_accepts srvexecl))) 0
+counter_ge "listener across exec: streams_accepted" "$(stat_sum streams_accepted srvexecl)" "$nsizes"
+
+# Socket activation: the launcher is plain (as systemd), the server preloaded.
+port=$(free_port)
+bg srvact "$procserve" activate "$port" "$ferry_run" --transport "$transport" \
+	--stats "$work/stats-srvact-%p.json" "$procserve" serve3 "$port"
+wait_listen "$port"
+echo_check act "$port"
+stop serve3 "$port"
+counter_eq "socket activation: server fallbacks" \
+	$(($(stat_sum fallbacks srvact) + $(stat_sum kernel_accepts srvact))) 0
+counter_ge "socket activation: streams_accepted" "$(stat_sum streams_accepted srvact)" "$nsizes"
+
+# Prefork workers serve on after their master exits.
+port=$(free_port)
+bgf srvpre "$procserve" prefork "$port"
+master=$last_pid
+wait_listen "$port"
+wait_exit "$master" 10 || fail "the prefork master failed"
+echo_check pre "$port"
+stop prefork "$port"
+counter_eq "prefork: fallbacks" $(($(stat_sum fallbacks srvpre) + $(stat_sum kernel_accepts srvpre))) 0
+counter_ge "prefork: workers' streams_accepted" "$(stat_sum streams_accepted srvpre)" "$nsizes"
+echo "PASS: process models over ferry ($transport)"

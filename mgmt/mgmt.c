@@ -273,9 +273,10 @@ static bool cmd_run(struct mgmt *m, struct cmd *c, uint64_t now)
 	bool async = !c->sync;
 	struct mgmt_addr addr = c->addr;
 	struct rpc *rpc = c->rpc;
+	bool fresh = c->flags & MGMT_CONNECT_FRESH;
 	if (async)
 		free(c);
-	mgmt_connect_start(m, rpc, &addr, w, now);
+	mgmt_connect_start(m, rpc, &addr, fresh, w, now);
 	return false;
 }
 
@@ -623,11 +624,19 @@ int mgmt_connect(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, s
 int mgmt_connect_async(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr,
 		       socklen_t len, unsigned timeout_ms, mgmt_connect_fn done, void *ctx)
 {
+	return mgmt_connect_async_flags(m, rpc, addr, len, timeout_ms, 0, done, ctx);
+}
+
+int mgmt_connect_async_flags(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr,
+			     socklen_t len, unsigned timeout_ms, unsigned flags,
+			     mgmt_connect_fn done, void *ctx)
+{
 	struct cmd *c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	int rc = cmd_init(m, c, CMD_CONNECT, rpc, addr, len);
 	if (!rc) {
+		c->flags = flags;
 		c->timeout_ms = timeout_ms;
 		c->fn = done;
 		c->ctx = ctx;

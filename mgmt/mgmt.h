@@ -91,6 +91,14 @@ typedef void (*mgmt_connect_fn)(void *ctx, int session_or_err);
 int mgmt_connect_async(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr,
 		       socklen_t len, unsigned timeout_ms, mgmt_connect_fn done, void *ctx);
 
+/* MGMT_CONNECT_FRESH: a new handshake even if a session to addr is up (a
+ * shared listener's rendezvous may now be answered by another process);
+ * the old session stays for its streams but is not handed out for addr. */
+#define MGMT_CONNECT_FRESH 1u
+int mgmt_connect_async_flags(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr,
+			     socklen_t len, unsigned timeout_ms, unsigned flags,
+			     mgmt_connect_fn done, void *ctx);
+
 /* Closes a session on both sides (the peer's side sees RPC_SESSION_CLOSED):
  * locally its pending requests complete with -ENOTCONN before this returns. */
 void mgmt_disconnect(struct mgmt *m, struct rpc *rpc, int session);

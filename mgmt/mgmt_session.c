@@ -237,12 +237,17 @@ static void pending_send(struct mgmt *m, struct pending *p, uint64_t now)
 		pending_finish(m, p, rc);
 }
 
-void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr,
+void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr, bool fresh,
 			struct waiter *w, uint64_t now)
 {
 	for (struct msess *s = m->sessions; s; s = s->next) {
 		if (!s->up || !s->client || s->rpc != rpc || !mgmt_addr_equal(&s->rendezvous, addr))
 			continue;
+		if (fresh) {
+			/* Kept for its streams, no longer reached by the address. */
+			memset(&s->rendezvous, 0, sizeof(s->rendezvous));
+			continue;
+		}
 		if (sess_alive(s)) {
 			mgmt_waiter_done(m, w, s->session);
 			return;

@@ -52,6 +52,7 @@ static void lshare_take_up(struct ffile *f, struct fsock *sk)
 	sk->lis = listener_add((struct sockaddr *)&a, alen, sk->lis_backlog, f);
 	if (sk->lis) {
 		sk->lis->v6only = flags & MGMT_LISTEN_V6ONLY;
+		sk->lis->shared = true;
 		sk->lis_rdv = num;
 		sk->lis_shared = true;
 	}
@@ -137,6 +138,10 @@ void lshare_fork_parent(void)
 		struct ffile *f = l.files[i];
 		struct fsock *sk = f->priv;
 		sk->lis_shared = true;
+		ferry_lock();
+		if (sk->lis)
+			sk->lis->shared = true;
+		ferry_unlock();
 		if (__atomic_load_n(&sk->lis_dormant, __ATOMIC_SEQ_CST))
 			continue;
 		/* Dormant first, then look for interest: a thread that adds the

@@ -13,6 +13,7 @@
 
 #include "preload/ferry.h"
 #include "preload/libc.h"
+#include "preload/sock.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
@@ -136,6 +137,8 @@ static void *progress_main(void *arg)
 		}
 		if (armed == 1)
 			continue;
+		if (stream_redirect_pending())
+			sock_redirects_run();
 		/* The nic's fd is registered exclusively everywhere (by an
 		 * application thread only while it sleeps, ep_nic_watch), and the
 		 * kernel wakes the first registered instance with a sleeper: held

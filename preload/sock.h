@@ -117,6 +117,10 @@ struct fsock *sock_adopt_inherited(int fd, int domain, bool nonblock);
  * shares the port as the listener does. */
 unsigned sock_listen_flags(int fd, int family);
 
+/* Clients a shared listener's process sent elsewhere: a fresh rendezvous
+ * each, then OPEN again (stream_take_redirect). No lock held. */
+void sock_redirects_run(void);
+
 /* Raises SIGPIPE for an EPIPE, as the kernel does, unless suppressed. */
 void sock_sigpipe(int flags);
 

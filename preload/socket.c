@@ -600,6 +600,42 @@ static void sock_connect_done(void *ctx, int ses)
 	ferry_internal_leave();
 }
 
+static void sock_redirect_done(void *ctx, int ses)
+{
+	struct stream *s = ctx;
+	ferry_internal_enter();
+	ferry_lock();
+	if (ses >= 0)
+		peercache_set_session((struct sockaddr *)&s->peer, ses,
+				      rpc_session_token(ferry.rpc, ses));
+	stream_redirect_done(ferry.rpc, s, ses);
+	ferry_unlock();
+	ferry_internal_leave();
+}
+
+void sock_redirects_run(void)
+{
+	for (;;) {
+		ferry_lock();
+		struct stream *s = stream_take_redirect();
+		struct sockaddr_storage dst;
+		socklen_t len = s ? s->peer_len : 0;
+		if (s)
+			memcpy(&dst, &s->peer, len);
+		ferry_unlock();
+		if (!s)
+			return;
+		int rc = mgmt_connect_async_flags(ferry.mgmt, ferry.rpc, (struct sockaddr *)&dst, len,
+						  ferry.cfg.connect_timeout_ms, MGMT_CONNECT_FRESH,
+						  sock_redirect_done, s);
+		if (rc) {
+			ferry_lock();
+			stream_redirect_done(ferry.rpc, s, rc);
+			ferry_unlock();
+		}
+	}
+}
+
 static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, socklen_t l)
 {
 	struct fsock *sk = f->priv;

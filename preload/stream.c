@@ -103,6 +103,15 @@ uint32_t stream_forks;
  * that never comes (it died on the way) must not hang our writers. */
 #define STREAM_MOVE_TIMEOUT_NS (5000ull * 1000000ull)
 static unsigned st_nmoving; /* streams moving at the peer's word */
+/* How many times a client follows a shared listener elsewhere. */
+#define STREAM_REDIRECTS_MAX 4
+static struct stream *st_redirect_head;
+/* Addresses of shared listeners this process let go of: an OPEN for one
+ * (a client's session still leads here) is sent back to the rendezvous. */
+#define LISTENERS_GONE_MAX 8
+static struct wire_addr lis_gone[LISTENERS_GONE_MAX];
+static unsigned lis_gone_next;
+
 
 /* DATA requests waiting for their answer (see stream_run_once). */
 #define ACK_PENDING_MAX 256
@@ -161,7 +170,7 @@ bool stream_work_pending(void)
 
 static void work_update(void)
 {
-	__atomic_store_n(&st_work, held_head || owed_head, __ATOMIC_RELAXED);
+	__atomic_store_n(&st_work, held_head || owed_head || st_redirect_head, __ATOMIC_RELAXED);
 }
 
 bool stream_take_tx_pending(void)
@@ -802,6 +811,7 @@ void stream_forget_all(void)
 	st_linger_oldest = UINT64_MAX;
 	st_nlinger = 0;
 	st_nmoving = 0;
+	st_redirect_head = NULL;
 	work_update();
 	rxbuf_spares_release();
 	while (listeners) {
@@ -887,10 +897,19 @@ static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 			s->peer_window = r->window;
 		}
 	}
-	if (err) {
+	if (err == ESTALE && s->file && s->redirects < STREAM_REDIRECTS_MAX) {
+		/* The listener's process let go of it: another holder answers a
+		 * fresh rendezvous (the socket layer gets one, off this lock). */
+		s->redirects++;
+		s->redirect = true;
+		s->refs++;
+		s->redirect_next = st_redirect_head;
+		st_redirect_head = s;
+		work_update();
+	} else if (err) {
 		s->state = STREAM_FAILED;
 		s->reset = s->ended = true;
-		s->err = err;
+		s->err = err == ESTALE ? ECONNREFUSED : err;
 		stream_notify(s, EPOLLOUT | EPOLLERR | EPOLLHUP);
 	} else {
 		s->state = STREAM_OPEN;
@@ -903,6 +922,36 @@ static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 	}
 	stream_unlinger(s);
 	stream_put(s);
+}
+
+/* Queues s's OPEN on its session; holds a reference for the answer. */
+static int stream_send_open(struct rpc *rpc, struct stream *s)
+{
+	struct stream_tx *tx = calloc(1, sizeof(*tx));
+	struct msgbuf *m = tx ? rpc_alloc_msg(rpc, sizeof(struct wire_open)) : NULL;
+	if (!m) {
+		free(tx);
+		return -ENOMEM;
+	}
+	struct wire_open *w = (void *)m->buf;
+	w->client_sid = s->sid;
+	w->window = s->rx.cap;
+	addr_to_wire((const struct sockaddr *)&s->peer, &w->dst);
+	addr_to_wire((const struct sockaddr *)&s->local, &w->src);
+	tx->s = s;
+	tx->m = m;
+	int rc = rpc_enqueue_request(rpc, s->session, STREAM_REQ_OPEN, m, open_cont, tx);
+	if (rc) {
+		rpc_free_msg(rpc, m);
+		free(tx);
+		return rc;
+	}
+	s->refs++;
+	s->inflight++;
+	/* Sent at the application's next wait (a blocking connect's is right
+	 * away), with whatever else it queued meanwhile. */
+	__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
+	return 0;
 }
 
 int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct sockaddr *dst,
@@ -921,34 +970,47 @@ int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct s
 	s->peer_len = dst_len;
 	memcpy(&s->local, src, src_len);
 	s->local_len = src_len;
-	struct stream_tx *tx = calloc(1, sizeof(*tx));
-	struct msgbuf *m = tx ? rpc_alloc_msg(rpc, sizeof(struct wire_open)) : NULL;
-	if (!m) {
-		free(tx);
-		stream_put(s);
-		return -ENOMEM;
-	}
-	struct wire_open *w = (void *)m->buf;
-	w->client_sid = s->sid;
-	w->window = s->rx.cap;
-	addr_to_wire(dst, &w->dst);
-	addr_to_wire(src, &w->src);
-	tx->s = s;
-	tx->m = m;
-	int rc = rpc_enqueue_request(rpc, session, STREAM_REQ_OPEN, m, open_cont, tx);
+	int rc = stream_send_open(rpc, s);
 	if (rc) {
-		rpc_free_msg(rpc, m);
-		free(tx);
 		stream_put(s);
 		return rc;
 	}
-	s->refs++;
-	s->inflight++;
-	/* Sent at the application's next wait (a blocking connect's is right
-	 * away), with whatever else it queued meanwhile. */
-	__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 	*out = s;
 	return 0;
+}
+
+struct stream *stream_take_redirect(void)
+{
+	struct stream *s = st_redirect_head;
+	if (s) {
+		st_redirect_head = s->redirect_next;
+		s->redirect_next = NULL;
+		work_update();
+	}
+	return s;
+}
+
+bool stream_redirect_pending(void)
+{
+	return __atomic_load_n(&st_redirect_head, __ATOMIC_RELAXED) != NULL;
+}
+
+void stream_redirect_done(struct rpc *rpc, struct stream *s, int session)
+{
+	s->redirect = false;
+	int rc = session < 0 ? session : !s->file ? -ECONNABORTED : 0;
+	if (rc == 0) {
+		s->session = session;
+		s->token = rpc_session_token(rpc, session);
+		rc = stream_send_open(rpc, s);
+	}
+	if (rc) {
+		s->state = STREAM_FAILED;
+		s->reset = s->ended = true;
+		s->err = ECONNREFUSED;
+		stream_notify(s, EPOLLOUT | EPOLLERR | EPOLLHUP);
+	}
+	stream_put(s);
 }
 
 /* --- listeners --- */
@@ -1017,6 +1079,12 @@ void listener_remove(struct rpc *rpc, struct listener *l)
 			break;
 		}
 	}
+	if (l->shared) {
+		struct wire_addr *g = &lis_gone[lis_gone_next++ % LISTENERS_GONE_MAX];
+		addr_to_wire((const struct sockaddr *)&l->addr, g);
+		if (addr_is_any(&l->addr))
+			g->family = 0; /* any address of ours on that port */
+	}
 	struct stream *s;
 	while ((s = listener_pop(l)) != NULL) {
 		if (!s->reset)
@@ -1041,6 +1109,15 @@ static void respond(struct rpc *rpc, struct rpc_req *req, const void *body, uint
 	rpc_respond(rpc, req);
 }
 
+static bool listener_gone(const struct wire_addr *dst)
+{
+	for (unsigned i = 0; i < LISTENERS_GONE_MAX; i++)
+		if (lis_gone[i].port && lis_gone[i].port == dst->port &&
+		    (lis_gone[i].family == 0 || !memcmp(lis_gone[i].addr, dst->addr, 16)))
+			return true;
+	return false;
+}
+
 static void handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 {
 	const struct msgbuf *m = rpc_req_msg(req);
@@ -1054,6 +1131,8 @@ static void handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 	struct listener *l = listeners;
 	while (l && !listener_matches(l, &w->dst))
 		l = l->next;
+	if (!l && listener_gone(&w->dst))
+		r.status = -ESTALE; /* it was shared: another holder answers */
 	/* A full queue refuses, as a SYN flood guard would; the kernel's
 	 * default somaxconn is the floor so small backlogs still work. */
 	int limit = l && l->backlog > 4096 ? l->backlog : 4096;
@@ -1197,6 +1276,7 @@ unsigned stream_run_once(struct rpc *rpc)
 		stream_linger_expire(rpc);
 	if (st_nmoving)
 		stream_move_expire();
+
 	if (n)
 		__atomic_store_n(&st_tx_deferred, true, __ATOMIC_RELEASE);
 	work_update();

@@ -87,6 +87,10 @@ struct stream {
 	bool move_fin, move_reset; /* the peer: closed while moving, said once attached */
 	uint64_t move_cookie; /* the peer: what the new owner must show */
 	uint64_t move_deadline;
+	/* The client: sent elsewhere, waiting for a fresh rendezvous. */
+	bool redirect;
+	unsigned redirects;
+	struct stream *redirect_next;
 	uint64_t move_peer_tx;
 };
 
@@ -100,6 +104,10 @@ struct listener {
 	int queued;
 	struct stream *head, *tail;
 	struct listener *next;
+	/* Another process may hold it (lshare.h): once this one lets go, an
+	 * OPEN that still comes here (a client's session leads here) is sent
+	 * back to the rendezvous (-ESTALE), where another holder answers. */
+	bool shared;
 };
 
 /* Registers the request handlers and the session handler on rpc. */
@@ -237,6 +245,15 @@ void stream_orphan(struct stream *s);
  * token it had, or NULL. */
 struct stream *stream_find(uint32_t sid, uint32_t peer_sid, uint64_t token);
 #define STREAM_WINDOW_MAX (256u << 10)
+
+/* Client streams a shared listener's process sent elsewhere, one at a
+ * time with the list's reference (NULL when none); the caller gets a
+ * fresh session to s->peer and calls stream_redirect_done. */
+struct stream *stream_take_redirect(void);
+bool stream_redirect_pending(void);
+/* OPEN again on session (>= 0), or the connect fails (-errno). Drops the
+ * reference stream_take_redirect gave. */
+void stream_redirect_done(struct rpc *rpc, struct stream *s, int session);
 
 /* Sends FIN on every open stream (at exit, so peers see EOF at once). */
 void stream_fin_all(struct rpc *rpc);

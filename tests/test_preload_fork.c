@@ -244,3 +244,42 @@ Test(fork, a_stream_whose_owner_died_reads_as_reset_in_the_child, .timeout = 30)
 	close(cli);
 	prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
+
+/* nginx's reload: the process a client's cached session leads to has let
+ * go of the shared listener; the client is sent back to the rendezvous and
+ * reaches the process that still accepts, instead of being refused. */
+Test(fork, a_client_of_a_process_that_let_go_of_a_shared_listener_goes_elsewhere, .timeout = 30)
+{
+	env_udp();
+	signal(SIGPIPE, SIG_IGN);
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
+	/* A first connection leaves a session from us to our own endpoint. */
+	int first = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(first, (struct sockaddr *)&a, sizeof(a)), 0);
+	int acc = accept(lis, NULL, NULL);
+	cr_assert_geq(acc, 0);
+	close(acc);
+	close(first);
+	int ready[2];
+	cr_assert_eq(pipe(ready), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(10);
+		int ep = epoll_create1(0);
+		struct epoll_event ev = {.events = EPOLLIN};
+		if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, lis, &ev) != 0 || write(ready[1], "r", 1) != 1)
+			_exit(2);
+		child_serve(lis, true);
+	}
+	char r;
+	cr_assert_eq(read(ready[0], &r, 1), 1);
+	close(lis); /* we let go; the child holds it and accepts */
+	uint64_t refused = ferry_stats()->fallbacks;
+	client_exchange(&a);
+	cr_assert_eq(ferry_stats()->fallbacks, refused, "the connection rode ferry");
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+}

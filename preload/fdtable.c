@@ -94,8 +94,7 @@ void ffile_get(struct ffile *f)
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_RELAXED);
 }
 
-/* Takes a reference unless the file is already on its way out. */
-static bool ffile_tryget(struct ffile *f)
+bool ffile_tryget(struct ffile *f)
 {
 	int r = __atomic_load_n(&f->refs, __ATOMIC_RELAXED);
 	while (r > 0) {

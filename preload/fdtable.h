@@ -74,6 +74,9 @@ static inline bool fdtable_maybe(const struct fdtable *t, int fd)
 /* A new file with one reference (the caller's), mask 0. NULL on -ENOMEM. */
 struct ffile *ffile_new(struct fdtable *t, enum ffile_kind kind);
 void ffile_get(struct ffile *f);
+/* Takes a reference unless the last one is gone already (the file is on
+ * its way out: its release may still be to run). */
+bool ffile_tryget(struct ffile *f);
 /* Drops a reference; the last one runs release and recycles the file. */
 void ffile_put(struct fdtable *t, struct ffile *f);
 

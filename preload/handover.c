@@ -181,17 +181,31 @@ static void ho_serve(int cfd)
 		free(bytes);
 		return;
 	}
-	ferry_lock();
-	struct stream *s = stream_find(req.sid, req.peer_sid, req.token);
-	if (s && (s->state != STREAM_OPEN || s->reset))
-		s = NULL;
 	/* The stream stays alive meanwhile: its file is pinned here, or it is
-	 * an orphan, which only this thread closes. */
-	struct ffile *f = s ? s->file : NULL;
-	if (f)
-		ffile_get(f);
-	int session = s ? s->session : -1;
-	ferry_unlock();
+	 * an orphan, which only this thread closes. A file whose last number
+	 * was just closed cannot be pinned: its release (which makes the
+	 * stream an orphan) waits for the endpoint lock, so look again. */
+	struct stream *s;
+	struct ffile *f;
+	int session;
+	for (unsigned tries = 0;; tries++) {
+		ferry_lock();
+		s = stream_find(req.sid, req.peer_sid, req.token);
+		if (s && (s->state != STREAM_OPEN || s->reset))
+			s = NULL;
+		f = s ? s->file : NULL;
+		bool pinned = !f || ffile_tryget(f);
+		session = s ? s->session : -1;
+		ferry_unlock();
+		if (pinned)
+			break;
+		if (tries == 1000) {
+			s = NULL;
+			f = NULL;
+			break;
+		}
+		sched_yield();
+	}
 	int rc = s ? 0 : -ECONNRESET;
 	if (s) {
 		struct sockaddr_storage peer_mgmt;

@@ -1,0 +1,82 @@
+#!/bin/sh
+# nginx as it ships (a master and worker processes), preloaded, with curl and
+# wrk preloaded: 2 and 4 workers, accept_mutex off (nginx's default) and on,
+# and per-worker listeners (listen ... reuseport). curl's bytes must match the
+# file; wrk must see no error; the counters must show the workers carried
+# every connection (the master accepts none) with no fallback. The reload is
+# nginx_reload.sh. Usage: nginx.sh [TRANSPORT]
+. "$(dirname "$0")/lib.sh"
+need nginx curl wrk ss cmp
+need_ferry
+# Many processes on two cores: a peer starved of CPU for a second must not be
+# taken for dead here (the failure timeout is issue #13's, not this test's).
+export FERRY_FAILURE_TIMEOUT_MS=10000
+
+head -c 1024 /dev/urandom >"$work/k1"
+mkdir -p "$work/html" "$work/logs" && mv "$work/k1" "$work/html/k1"
+user=$(id -un)
+
+# conf WORKERS MUTEX LISTEN-OPTIONS
+conf() {
+	cat >"$work/nginx.conf" <<EOC
+daemon off;
+master_process on;
+worker_processes $1;
+$([ "$(id -u)" = 0 ] && echo "user $user;")
+error_log $work/logs/error.log warn;
+pid $work/logs/nginx.pid;
+events { worker_connections 1024; accept_mutex $2; }
+http {
+	access_log off;
+	client_body_temp_path $work/logs;
+	proxy_temp_path $work/logs;
+	fastcgi_temp_path $work/logs;
+	uwsgi_temp_path $work/logs;
+	scgi_temp_path $work/logs;
+	server { listen 127.0.0.1:$port $3; root $work/html; }
+}
+EOC
+}
+
+# run NAME WORKERS MUTEX LISTEN-OPTIONS
+run() {
+	name=$1
+	port=$(free_port)
+	conf "$2" "$3" "$4"
+	bgf "$name" nginx -c "$work/nginx.conf" -p "$work"
+	master=$last_pid
+	wait_listen "$port"
+	for i in 1 2 3; do
+		timeout 20 "$ferry_run" --transport "$transport" --stats "$work/stats-c$name-%p.json" \
+			curl -sS -o "$work/got" "http://127.0.0.1:$port/k1" 2>"$work/curl.err" ||
+			fail "$name: curl: $(cat "$work/curl.err")"
+		cmp -s "$work/got" "$work/html/k1" || fail "$name: curl got other bytes"
+	done
+	timeout 30 "$ferry_run" --transport "$transport" --stats "$work/stats-c$name-%p.json" \
+		wrk -t 2 -c 50 -d 2 "http://127.0.0.1:$port/k1" >"$work/wrk.log" 2>&1 ||
+		fail "$name: wrk failed: $(tail -3 "$work/wrk.log")"
+	grep -q 'Socket errors\|Non-2xx' "$work/wrk.log" && fail "$name: wrk: $(grep 'errors\|Non-2xx' "$work/wrk.log")"
+	reqs=$(awk '/requests in/ {print $1}' "$work/wrk.log")
+	expect_ge "$name: wrk requests" "${reqs:-0}" 1000
+	kill -QUIT "$master"
+	wait_exit "$master" 20 || fail "$name: nginx did not stop cleanly"
+	check_transport "$name"
+	counter_eq "$name: server fallbacks+kernel_accepts" \
+		$(($(stat_sum fallbacks "$name") + $(stat_sum kernel_accepts "$name"))) 0
+	counter_eq "$name: client fallbacks" "$(stat_sum fallbacks "c$name")" 0
+	counter_ge "$name: workers' streams_accepted" "$(stat_sum streams_accepted "$name")" 53
+	if counting; then
+		workers=$(grep -l '"streams_accepted":[1-9]' "$work"/stats-"$name"-*.json | wc -l)
+		expect_ge "$name: processes that accepted" "$workers" 1
+		grep -q '"streams_accepted":[1-9]' "$work/stats-$name-$(basename "$master").json" 2>/dev/null &&
+			fail "$name: the master accepted connections"
+	fi
+	log "$name: $2 workers, accept_mutex $3${4:+, $4}: curl byte for byte, wrk $reqs requests, no error"
+}
+
+run w2 2 off ""
+run w4 4 off ""
+run mutex 2 on ""
+run reuseport 2 off reuseport
+
+echo "PASS: nginx over ferry ($transport)"

@@ -9,4 +9,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	build-essential autoconf automake libtool pkg-config \
 	libibverbs-dev librdmacm-dev ibverbs-utils libcap-dev uthash-dev libcriterion-dev \
 	redis-server redis-tools memcached libmemcached-tools \
+	nginx-light wrk curl postgresql postgresql-contrib \
 	strace valgrind hyperfine iproute2 procps python3

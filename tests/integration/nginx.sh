@@ -11,6 +11,7 @@ need_ferry
 # Many processes on two cores: a peer starved of CPU for a second must not be
 # taken for dead here (the failure timeout is issue #13's, not this test's).
 export FERRY_FAILURE_TIMEOUT_MS=10000
+need_sanitizer_ok "nginx -v" "curl --version"
 
 head -c 1024 /dev/urandom >"$work/k1"
 mkdir -p "$work/html" "$work/logs" && mv "$work/k1" "$work/html/k1"

@@ -13,6 +13,7 @@ need_ferry
 # Many processes on two cores: a peer starved of CPU for a second must not be
 # taken for dead here (the failure timeout is issue #13's, not this test's).
 export FERRY_FAILURE_TIMEOUT_MS=10000
+need_sanitizer_ok "nginx -v"
 
 mkdir -p "$work/html" "$work/logs"
 head -c 1024 /dev/urandom >"$work/html/k1"

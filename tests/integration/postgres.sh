@@ -16,6 +16,9 @@ pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -n "$pgbin" ] && [ -x "$pgbin/initdb" ] || skip "postgresql is not installed"
 [ "$(id -u)" = 0 ] || skip "needs root to run postgres as its own user"
 id postgres >/dev/null 2>&1 || skip "no postgres user"
+need_sanitizer_ok "pgbench --version" "$pgbin/postgres --version"
+# A postmaster that never came up (or outlived a failure) goes with the test.
+trap 'rc=$?; pkill -KILL -u postgres -f "$work/data" 2>/dev/null; (exit $rc); cleanup' EXIT
 
 chmod 777 "$work"
 port=$(free_port)

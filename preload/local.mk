@@ -26,9 +26,9 @@ libferry_la_SOURCES += compat/glibc_entry.c
 libferry_la_CFLAGS = $(AM_CFLAGS) -fPIC
 libferry_la_LIBADD = libferry_core.la $(PTHREAD_LIBS)
 libferry_la_LDFLAGS = $(AM_LDFLAGS) -avoid-version -module -shared \
-	-Wl,--version-script=$(srcdir)/preload/libferry.map -Wl,-z,nodelete
+	-Wl,--version-script=$(builddir)/preload/libferry.map -Wl,-z,nodelete
 EXTRA_libferry_la_DEPENDENCIES = preload/libferry.map
-EXTRA_DIST += preload/libferry.map
+EXTRA_DIST += preload/libferry.map.in
 # ferry-run (tests/sockets owner): one generated script for the build tree and the install.
 bin_SCRIPTS += ferry-run
 CLEANFILES += ferry-run

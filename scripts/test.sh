@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds ferry and runs the whole test suite (make check), the unit and
 # protocol tests again under valgrind, then the whole suite again under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# AddressSanitizer + UndefinedBehaviorSanitizer, then make distcheck (its
+# tarball build runs the quick tests only).
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -21,7 +22,8 @@ run_suite() { # build dir, check target, configure flags...
 	}
 }
 
-run_suite build/plain check
+run_suite build/plain check --enable-werror
 run_suite build/plain check-valgrind
-run_suite build/sanitizers check --enable-sanitizers
+run_suite build/sanitizers check --enable-sanitizers --enable-werror
+run_suite build/plain distcheck-quick
 echo "all test suites passed"

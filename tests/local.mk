@@ -6,6 +6,12 @@ AM_TESTS_ENVIRONMENT = FERRY_TEST_BUILDDIR=$(abs_top_builddir); export FERRY_TES
 	FERRY_TEST_TRANSPORT="$${FERRY_TEST_TRANSPORT:-udp softib}"; export FERRY_TEST_TRANSPORT; \
 	FERRY_TEST_SRCDIR=$(abs_top_srcdir); export FERRY_TEST_SRCDIR;
 
+if HAVE_CRITERION
 include $(srcdir)/tests/transport.mk
 include $(srcdir)/tests/softib.mk
 include $(srcdir)/tests/preload.mk
+else
+check-local:
+	@echo "make check: the tests need criterion, which configure did not find" \
+		"(Debian: apt-get install libcriterion-dev, then configure again)"; exit 1
+endif

@@ -25,7 +25,6 @@ EXTRA_DIST += $(FERRY_INTEGRATION_TESTS)
 check-transport:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='tests/sockets/check.sh $(FERRY_INTEGRATION_TESTS)' \
 		FERRY_TEST_TRANSPORT='$(FERRY_TEST_TRANSPORT)'
-.PHONY: check-transport
 # preload/ unit tests (criterion): the interposer's sources compiled in, so
 # the test binary interposes itself; files are driven by hand (FFILE_TEST).
 PRELOAD_TEST_SOURCES = $(libferry_la_SOURCES) tests/preload_test_util.h tests/preload_proc_util.h

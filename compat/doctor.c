@@ -94,10 +94,11 @@ static void doctor_port(const struct verbs_api *api, struct ibv_context *ctx, ui
 		say("FIX", "port %u has no GIDs: give its netdev an IP address", p);
 }
 
-static void doctor_devices(const struct verbs_api *api, const char *fabric, bool *usable)
+static void doctor_devices(const struct verbs_api *api, const struct ferry_config *cfg,
+			   bool *usable)
 {
 	int n = 0;
-	struct ibv_device **list = api->get_device_list(fabric, &n);
+	struct ibv_device **list = api->get_device_list(cfg, &n);
 	if (!list || n == 0) {
 		struct stat st;
 		bool sys = stat("/sys/class/infiniband", &st) == 0;
@@ -190,14 +191,15 @@ static void doctor_hugepages(void)
 		    free_ < 0 ? 0 : free_, total < 0 ? 0 : total);
 }
 
-static void doctor_softib(const char *fabric)
+static void doctor_softib(const struct ferry_config *cfg)
 {
+	const char *fabric = cfg->softib_fabric;
 	char dir[64];
 	softib_fabric_dir(dir, sizeof(dir));
 	const char *name = fabric[0] ? fabric : "default";
 	int n = 0;
 	const struct verbs_api *api = &verbs_api_softib;
-	struct ibv_device **list = api->get_device_list(fabric, &n);
+	struct ibv_device **list = api->get_device_list(cfg, &n);
 	errno = 0;
 	struct ibv_context *ctx = list && n ? api->open_device(list[0]) : NULL;
 	int err = errno;
@@ -261,14 +263,14 @@ int main(int argc, char **argv)
 
 	printf("\nRDMA devices (libibverbs)\n");
 	bool active = false;
-	doctor_devices(&verbs_api_ibverbs, cfg.softib_fabric, &active);
+	doctor_devices(&verbs_api_ibverbs, &cfg, &active);
 
 	printf("\nmemory and privileges\n");
 	doctor_memlock();
 	doctor_hugepages();
 
 	printf("\nsoftib (same-host verbs device)\n");
-	doctor_softib(cfg.softib_fabric);
+	doctor_softib(&cfg);
 
 	printf("\ndatapath\n");
 	if (cfg.transport == FERRY_TRANSPORT_IB && !active)

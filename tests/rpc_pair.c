@@ -28,7 +28,7 @@ static struct nic *open_nic(struct rpc_pair *p, const char *transport, struct fe
 	if (!strcmp(transport, "udp"))
 		return nic_udp_open(cfg, st, err, why, whylen);
 	snprintf(cfg->softib_fabric, sizeof(cfg->softib_fabric), "ferry-test-%d", (int)getpid());
-	struct nic *n = nic_ib_open(cfg, st, true, err, why, whylen);
+	struct nic *n = nic_ib_open(cfg, st, &verbs_api_softib, err, why, whylen);
 	if (!n && *err != -ENOMEM)
 		*err = -ENODEV;
 	return n;

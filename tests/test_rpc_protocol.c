@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "compat/softib/softib.h"
 #include "tests/rpc_pair.h"
 #include "transport/nic.h"
 #include "transport/nic_test.h"
@@ -408,7 +409,7 @@ ParameterizedTest(struct transport_param *tp, rpc_protocol, hostile_packets_drop
 	} else if (!strcmp(tp->name, "udp")) {
 		evil = nic_udp_open(&ecfg, &evil_st, &err, why, sizeof(why));
 	} else {
-		evil = nic_ib_open(&ecfg, &evil_st, true, &err, why, sizeof(why));
+		evil = nic_ib_open(&ecfg, &evil_st, &verbs_api_softib, &err, why, sizeof(why));
 	}
 	cr_assert_not_null(evil, "%s", why);
 	struct nic_route rb;

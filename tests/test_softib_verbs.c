@@ -15,6 +15,7 @@
 
 #include "compat/softib/softib_int.h"
 #include "tests/softib_fixture.h"
+#include "transport/config.h"
 #include "transport/verbs_seam.h"
 
 #define QKEY 0x1234u
@@ -39,7 +40,10 @@ static struct ibv_ah *ah_to_b; /* from A's PD */
 static void open_ctx(struct end *e)
 {
 	int n;
-	struct ibv_device **list = V->get_device_list(fabric, &n);
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	snprintf(cfg.softib_fabric, sizeof(cfg.softib_fabric), "%s", fabric);
+	struct ibv_device **list = V->get_device_list(&cfg, &n);
 	cr_assert_not_null(list);
 	cr_assert_eq(n, 1);
 	e->ctx = V->open_device(list[0]);

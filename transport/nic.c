@@ -6,8 +6,10 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "compat/softib/softib.h"
 #include "transport/config.h"
 #include "transport/log.h"
+#include "transport/verbs_seam.h"
 
 static void nic_set_msg(char *msg, size_t msglen, const char *text)
 {
@@ -23,7 +25,7 @@ static struct nic *nic_open_auto(const struct ferry_config *cfg, struct ferry_st
 {
 	char why[256] = "";
 	int ib_err = 0;
-	struct nic *nic = nic_ib_open(cfg, stats, false, &ib_err, why, sizeof(why));
+	struct nic *nic = nic_ib_open(cfg, stats, &verbs_api_ibverbs, &ib_err, why, sizeof(why));
 	if (nic) {
 		log_info("transport auto: using ib (%s)", nic->name);
 		return nic;
@@ -45,9 +47,9 @@ struct nic *nic_open(const struct ferry_config *cfg, struct ferry_stats *stats, 
 	case FERRY_TRANSPORT_UDP:
 		return nic_udp_open(cfg, stats, err, msg, msglen);
 	case FERRY_TRANSPORT_IB:
-		return nic_ib_open(cfg, stats, false, err, msg, msglen);
+		return nic_ib_open(cfg, stats, &verbs_api_ibverbs, err, msg, msglen);
 	case FERRY_TRANSPORT_SOFTIB:
-		return nic_ib_open(cfg, stats, true, err, msg, msglen);
+		return nic_ib_open(cfg, stats, &verbs_api_softib, err, msg, msglen);
 	case FERRY_TRANSPORT_TEST:
 		nic_set_msg(msg, msglen,
 			    "FERRY_TRANSPORT=test is for protocol tests, which open the test nic "

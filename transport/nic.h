@@ -18,6 +18,7 @@
 
 struct ferry_config;
 struct ferry_stats;
+struct verbs_api;
 
 /* Where an endpoint can be reached; exchanged at session setup, opaque above the nic. */
 #define NIC_ROUTE_BYTES 46
@@ -119,9 +120,10 @@ struct nic *nic_open(const struct ferry_config *cfg, struct ferry_stats *stats, 
 /* Back-end constructors, for nic_open and for tests that want one directly. */
 struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
 			 char *msg, size_t msglen);
-/* softib selects compat/softib's device instead of libibverbs' device list. */
-struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stats, bool softib,
-			int *err, char *msg, size_t msglen);
+/* The UD verbs datapath on a verbs provider: &verbs_api_ibverbs
+ * (transport/verbs_seam.h) or &verbs_api_softib (compat/softib/softib.h). */
+struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stats,
+			const struct verbs_api *api, int *err, char *msg, size_t msglen);
 
 static inline unsigned nic_tx_burst(struct nic *n, const struct nic_tx *p, unsigned c)
 {

@@ -1,9 +1,11 @@
 /*
- * nic_ib: the RDMA datapath over one UD queue pair, on libibverbs or on
- * compat/softib through the verbs seam (verbs_seam.h). The datapath calls
- * (ibv_post_send, ibv_post_recv, ibv_poll_cq, ibv_req_notify_cq) are
- * libibverbs' inline dispatch through ibv_context.ops, which both providers
- * fill; everything else goes through nic->api.
+ * nic_ib: the RDMA datapath over one UD queue pair, on whichever verbs
+ * provider the caller passes (verbs_seam.h: libibverbs, or compat/softib).
+ * The datapath calls (ibv_post_send, ibv_post_recv, ibv_poll_cq,
+ * ibv_req_notify_cq) are libibverbs' inline dispatch through
+ * ibv_context.ops, which every provider fills; everything else goes through
+ * ib->api, and where providers differ the api's fields and optional hooks
+ * say how, so nothing here asks which provider it holds.
  */
 #include "autoconfig.h"
 
@@ -19,7 +21,6 @@
 #include <time.h>
 #include <uthash.h>
 
-#include "compat/softib/softib.h"
 #include "transport/config.h"
 #include "transport/log.h"
 #include "transport/stats.h"
@@ -48,8 +49,9 @@
  */
 #define IB_RQ_RESERVE 16u
 #define IB_RQ_BYTES (4u << 20)
-/* softib carries UD messages up to this size (its port's max_msg_sz). */
-#define IB_SOFTIB_MAX_PKT 65536u
+/* The largest packet, on a provider whose UD messages go past the MTU
+ * (verbs_api.ud_max_msg): the receive ring holds IB_RQ_DEPTH of them. */
+#define IB_MAX_PKT 65536u
 #define IB_SQ_DEPTH 256u
 /* Receives go back to the NIC in post lists of at least this many... */
 #define IB_RECV_BATCH 16u
@@ -81,7 +83,6 @@ struct nic_peer {
 struct nic_ib {
 	struct nic base;
 	const struct verbs_api *api;
-	bool softib;
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *chan;
@@ -104,7 +105,7 @@ struct nic_ib {
 	/* Receive ring: rq_depth slots of rx_stride bytes in one region. */
 	uint8_t *rx_mem;
 	size_t rx_mem_len;
-	bool rx_in_qp; /* softib: the QP's own area, gone with the QP */
+	bool rx_in_qp; /* the QP's own area (api->qp_rx_area), gone with the QP */
 	struct ibv_mr *rx_mr;
 	uint32_t rx_stride, rq_depth, rq_posted;
 	uint32_t rq_target; /* receives to keep posted (ib_update_rq_target) */
@@ -609,7 +610,7 @@ static void ib_dereg_mem(struct nic *nic, struct nic_mr *mr)
 
 static bool ib_pins_memory(const struct nic *nic)
 {
-	return !to_ib_c(nic)->softib;
+	return to_ib_c(nic)->api->pins_memory;
 }
 
 /* ---- routes and peers ---- */
@@ -618,7 +619,7 @@ static void ib_local_route(const struct nic *nic, struct nic_route *out)
 {
 	const struct nic_ib *ib = to_ib_c(nic);
 	memset(out, 0, sizeof(*out));
-	out->kind = ib->softib ? FERRY_TRANSPORT_SOFTIB : FERRY_TRANSPORT_IB;
+	out->kind = (uint8_t)ib->api->kind;
 	out->len = IB_ROUTE_LEN;
 	uint16_t lid = htons(ib->lid);
 	uint32_t qpn = htonl(ib->qp->qp_num), qkey = htonl(IB_QKEY);
@@ -649,7 +650,7 @@ static void ib_route_format(const struct nic_route *r, char *buf, size_t cap)
 	memcpy(&qpn, r->data + 18, 4);
 	memcpy(&qkey, r->data + 22, 4);
 	snprintf(buf, cap, "%s gid %s lid %u qpn 0x%x qkey 0x%x",
-		 r->kind == FERRY_TRANSPORT_SOFTIB ? "softib" : "ib", gid, ntohs(lid), ntohl(qpn),
+		 ferry_transport_name((enum ferry_transport_kind)r->kind), gid, ntohs(lid), ntohl(qpn),
 		 ntohl(qkey));
 }
 
@@ -671,8 +672,7 @@ static struct ibv_ah *ib_make_ah(struct nic_ib *ib, const uint8_t *gid, uint16_t
 static int ib_peer_create(struct nic *nic, const struct nic_route *route, struct nic_peer **out)
 {
 	struct nic_ib *ib = to_ib(nic);
-	uint8_t want = ib->softib ? FERRY_TRANSPORT_SOFTIB : FERRY_TRANSPORT_IB;
-	if (route->kind != want || route->len != IB_ROUTE_LEN)
+	if (route->kind != ib->api->kind || route->len != IB_ROUTE_LEN)
 		return -EPROTOTYPE;
 	uint16_t lid;
 	uint32_t qpn, qkey;
@@ -880,7 +880,7 @@ static int ib_open_device(struct nic_ib *ib, const struct ferry_config *cfg,
 {
 	int num = 0;
 	errno = 0;
-	struct ibv_device **list = ib->api->get_device_list(cfg->softib_fabric, &num);
+	struct ibv_device **list = ib->api->get_device_list(cfg, &num);
 	if (!list || num == 0) {
 		int err = errno;
 		if (list)
@@ -949,8 +949,8 @@ static int ib_create_qp(struct nic_ib *ib, const struct ibv_device_attr *da)
 	return errno ? -errno : -EINVAL;
 }
 
-struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stats, bool softib,
-			int *err, char *msg, size_t msglen)
+struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stats,
+			const struct verbs_api *api, int *err, char *msg, size_t msglen)
 {
 	int dummy, rc;
 	if (!err)
@@ -960,11 +960,10 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 		*err = -ENOMEM;
 		return NULL;
 	}
-	ib->api = softib ? &verbs_api_softib : &verbs_api_ibverbs;
-	ib->softib = softib;
+	ib->api = api;
 	ib->base.ops = &nic_ib_ops;
-	ib->base.name = softib ? "softib" : "ib";
-	ib->base.switched_fabric = !softib; /* softib is shared memory: no switch queues */
+	ib->base.name = ferry_transport_name(api->kind);
+	ib->base.switched_fabric = api->switched_fabric;
 	ib->base.stats = stats;
 
 	struct ibv_port_attr pa;
@@ -983,10 +982,12 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 		rc = ib_fail(-EINVAL, msg, msglen, "%s reports an unknown MTU%s", dev, "");
 		goto fail;
 	}
-	/* softib carries more than its MTU in one UD message (doc/softib.md):
-	 * fewer, bigger packets where nothing is on a wire. */
-	if (ib->softib && pa.max_msg_sz > mtu)
-		mtu = pa.max_msg_sz < IB_SOFTIB_MAX_PKT ? pa.max_msg_sz : IB_SOFTIB_MAX_PKT;
+	/* A provider may carry more than its MTU in one UD message (softib,
+	 * doc/softib.md): fewer, bigger packets where nothing is on a wire. */
+	if (ib->api->ud_max_msg > mtu && pa.max_msg_sz > mtu) {
+		uint32_t most = ib->api->ud_max_msg < IB_MAX_PKT ? ib->api->ud_max_msg : IB_MAX_PKT;
+		mtu = pa.max_msg_sz < most ? pa.max_msg_sz : most;
+	}
 	if (cfg->mtu && cfg->mtu < mtu)
 		mtu = cfg->mtu;
 	else if (cfg->mtu > mtu)
@@ -1023,9 +1024,10 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 		ib_fail(rc, msg, msglen, "completion channel of %s: fcntl: %s", dev, strerror(errno));
 		goto fail;
 	}
-	/* softib: receive buffers in the QP's ring file, written by senders. */
-	if (ib->softib && softib_set_rx_area(ib->ctx, ib->rx_mem_len))
-		log_warn("nic_ib: softib refused a receive area of %zu bytes", ib->rx_mem_len);
+	/* Receive buffers in the QP's own area, written by senders (softib). */
+	if (ib->api->set_rx_area && ib->api->set_rx_area(ib->ctx, ib->rx_mem_len))
+		log_warn("nic_ib: %s refused a receive area of %zu bytes", ib->api->name,
+			 ib->rx_mem_len);
 	rc = ib_create_qp(ib, &da);
 	if (rc) {
 		ib_fail(rc, msg, msglen, "creating a UD QP on %s failed: %s", dev, strerror(-rc));
@@ -1041,7 +1043,7 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 
 	/* The receive ring: one region, registered once. */
 	size_t area_len = 0;
-	void *mem = ib->softib ? softib_qp_rx_area(ib->qp, &area_len) : NULL;
+	void *mem = ib->api->qp_rx_area ? ib->api->qp_rx_area(ib->qp, &area_len) : NULL;
 	if (mem && area_len >= ib->rx_mem_len) {
 		ib->rx_in_qp = true;
 	} else {

@@ -4,9 +4,9 @@
 
 #include "transport/verbs_seam.h"
 
-static struct ibv_device **real_get_device_list(const char *fabric, int *num)
+static struct ibv_device **real_get_device_list(const struct ferry_config *cfg, int *num)
 {
-	(void)fabric;
+	(void)cfg;
 	return ibv_get_device_list(num);
 }
 
@@ -33,6 +33,10 @@ static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int
 
 const struct verbs_api verbs_api_ibverbs = {
 	.name = "libibverbs",
+	.kind = FERRY_TRANSPORT_IB,
+	.switched_fabric = true,
+	.pins_memory = true,
+	.ud_max_msg = 0,
 	.get_device_list = real_get_device_list,
 	.free_device_list = ibv_free_device_list,
 	.get_device_name = real_get_device_name,

@@ -12,17 +12,40 @@
  *
  * Every function has libibverbs' signature and return convention (NULL or
  * a positive errno / -1 with errno, exactly as verbs.h documents), except
- * get_device_list, which takes the softib fabric name (ignored by the real
- * library).
+ * get_device_list, which takes the configuration so a provider can read
+ * what selects its devices (softib: FERRY_SOFTIB_FABRIC; cfg may be NULL
+ * for the defaults; the real library ignores it).
+ *
+ * Where providers differ beyond those calls, the table says so in its data
+ * fields and optional hooks, so nic_ib never asks which provider it holds.
+ * Each provider declares its instance in its own header: libibverbs' here,
+ * softib's in compat/softib/softib.h.
  */
 #ifndef FERRY_VERBS_SEAM_H
 #define FERRY_VERBS_SEAM_H
 
 #include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/config.h"
 
 struct verbs_api {
-	const char *name; /* "libibverbs" or "softib" */
-	struct ibv_device **(*get_device_list)(const char *fabric, int *num);
+	const char *name; /* the provider, for messages: "libibverbs", "softib" */
+	/* What a nic_ib on this provider is: its nic name and route kind
+	 * (routes of another kind are refused). */
+	enum ferry_transport_kind kind;
+	/* Packets cross switches whose queues Timely can measure
+	 * (nic->switched_fabric); false for shared memory. */
+	bool switched_fabric;
+	/* reg_mr locks pages, so RLIMIT_MEMLOCK applies (nic_pins_memory). */
+	bool pins_memory;
+	/* UD messages may be this long, past the port's MTU, as far as the
+	 * port's max_msg_sz allows; 0 on real UD, where the MTU is the limit. */
+	uint32_t ud_max_msg;
+
+	struct ibv_device **(*get_device_list)(const struct ferry_config *cfg, int *num);
 	void (*free_device_list)(struct ibv_device **list);
 	const char *(*get_device_name)(struct ibv_device *dev);
 	struct ibv_context *(*open_device)(struct ibv_device *dev);
@@ -50,11 +73,19 @@ struct verbs_api {
 	int (*destroy_qp)(struct ibv_qp *qp);
 	struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 	int (*destroy_ah)(struct ibv_ah *ah);
+
+	/*
+	 * Optional (NULL: the provider has none). A receive area inside the QP:
+	 * set_rx_area asks that the next QP created on ctx get len bytes its
+	 * senders may write into directly (0 or a positive errno); qp_rx_area
+	 * returns that QP's area and its length, or NULL. Memory the area
+	 * holds is registered like any other and goes away with the QP.
+	 */
+	int (*set_rx_area)(struct ibv_context *ctx, size_t len);
+	void *(*qp_rx_area)(struct ibv_qp *qp, size_t *len);
 };
 
 /* libibverbs itself. */
 extern const struct verbs_api verbs_api_ibverbs;
-/* compat/softib's shared-memory device. */
-extern const struct verbs_api verbs_api_softib;
 
 #endif

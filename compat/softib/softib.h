@@ -1,9 +1,11 @@
 /*
  * softib: a software verbs device over shared memory, for hosts without an
- * RDMA NIC. Reach it through verbs_api_softib (transport/verbs_seam.h); the
- * objects it returns are the public libibverbs types, and ibv_post_send,
- * ibv_post_recv, ibv_poll_cq and ibv_req_notify_cq work on them directly.
- * These extras are for tests and ferry-doctor.
+ * RDMA NIC. Reach it through verbs_api_softib, its instance of the verbs
+ * seam (transport/verbs_seam.h); the objects it returns are the public
+ * libibverbs types, and ibv_post_send, ibv_post_recv, ibv_poll_cq and
+ * ibv_req_notify_cq work on them directly. The other functions here are
+ * for tests and ferry-doctor (and the receive-area pair also the seam's
+ * optional hooks).
  */
 #ifndef FERRY_SOFTIB_H
 #define FERRY_SOFTIB_H
@@ -12,6 +14,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "transport/verbs_seam.h"
+
+/* softib's verbs seam: get_device_list opens cfg->softib_fabric ("default"
+ * when empty or cfg is NULL). */
+extern const struct verbs_api verbs_api_softib;
 
 /* Per-QP counters the fabric keeps (a NIC's port counters, per QP). */
 struct softib_qp_counters {

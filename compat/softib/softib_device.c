@@ -11,11 +11,12 @@
 
 #include "compat/softib/softib.h"
 #include "compat/softib/softib_int.h"
-#include "transport/verbs_seam.h"
+#include "transport/config.h"
 
 /* The device list holds one device, for the fabric the caller names. */
-static struct ibv_device **sib_get_device_list(const char *fabric, int *num)
+static struct ibv_device **sib_get_device_list(const struct ferry_config *cfg, int *num)
 {
+	const char *fabric = cfg ? cfg->softib_fabric : NULL;
 	struct ibv_device **list = calloc(2, sizeof(*list));
 	struct sib_device *d = calloc(1, sizeof(*d));
 	if (!list || !d) {
@@ -366,6 +367,10 @@ int softib_fabric_dir(char *buf, size_t cap)
 
 const struct verbs_api verbs_api_softib = {
 	.name = "softib",
+	.kind = FERRY_TRANSPORT_SOFTIB,
+	.switched_fabric = false, /* shared memory: no switch queues */
+	.pins_memory = false,     /* reg_mr records the range and pins nothing */
+	.ud_max_msg = SIB_MAX_MSG, /* see SIB_MAX_MSG and doc/softib.md */
 	.get_device_list = sib_get_device_list,
 	.free_device_list = sib_free_device_list,
 	.get_device_name = sib_get_device_name,
@@ -390,4 +395,6 @@ const struct verbs_api verbs_api_softib = {
 	.destroy_qp = sib_destroy_qp,
 	.create_ah = sib_create_ah,
 	.destroy_ah = sib_destroy_ah,
+	.set_rx_area = softib_set_rx_area,
+	.qp_rx_area = softib_qp_rx_area,
 };

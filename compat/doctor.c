@@ -229,7 +229,7 @@ static int doctor_transport(const struct ferry_config *cfg)
 	char msg[512] = "";
 	struct nic *nic = nic_open(cfg, NULL, &err, msg, sizeof(msg));
 	if (!nic) {
-		say("FIX", "FERRY_TRANSPORT=%s does not open: %s", ferry_transport_name(cfg->transport),
+		say("FIX", "FERRY_TRANSPORT=%s does not open: %s", nic_transport_name(cfg->transport),
 		    msg[0] ? msg : strerror(-err));
 		return 1;
 	}
@@ -238,7 +238,7 @@ static int doctor_transport(const struct ferry_config *cfg)
 	nic_local_route(nic, &r);
 	nic_route_format(nic, &r, route, sizeof(route));
 	say("ok", "FERRY_TRANSPORT=%s opens the %s datapath: %u-byte packets, route %s",
-	    ferry_transport_name(cfg->transport), nic->name, nic->max_pkt_size, route);
+	    nic_transport_name(cfg->transport), nic->name, nic->max_pkt_size, route);
 	nic_close(nic);
 	return 0;
 }
@@ -246,9 +246,19 @@ static int doctor_transport(const struct ferry_config *cfg)
 int main(int argc, char **argv)
 {
 	if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-		printf("usage: ferry-doctor\nReports RDMA devices, ports, GIDs, RLIMIT_MEMLOCK, "
-		       "hugepages and capabilities,\nthen opens the datapath FERRY_TRANSPORT "
-		       "names. Exit 0 if it opens.\n");
+		printf("usage: ferry-doctor [--transports]\nReports RDMA devices, ports, GIDs, "
+		       "RLIMIT_MEMLOCK, hugepages and capabilities,\nthen opens the datapath "
+		       "FERRY_TRANSPORT names. Exit 0 if it opens.\n"
+		       "--transports lists FERRY_TRANSPORT's values, one per line: name, a tab, "
+		       "what it is.\n");
+		return 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "--transports")) {
+		/* ferry-run's help and its --transport check read this. */
+		for (unsigned i = 0; i < nic_n_transports; i++)
+			if (nic_transports[i].description)
+				printf("%s\t%s\n", nic_transports[i].name,
+				       nic_transports[i].description);
 		return 0;
 	}
 	struct ferry_config cfg;
@@ -258,7 +268,7 @@ int main(int argc, char **argv)
 		say("FIX", "%s", err);
 		return 1;
 	}
-	say("ok", "FERRY_TRANSPORT=%s", ferry_transport_name(cfg.transport));
+	say("ok", "FERRY_TRANSPORT=%s", nic_transport_name(cfg.transport));
 	ferry_log_init(FERRY_LOG_ERROR, NULL);
 
 	printf("\nRDMA devices (libibverbs)\n");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "transport/config.h"
+#include "transport/nic.h"
 
 static void refused(const char *name, const char *value, const char *accepts)
 {
@@ -76,4 +77,22 @@ Test(config, bad_values_are_refused_with_what_is_accepted)
 Test(config, unknown_variable_is_refused)
 {
 	refused("FERRY_TRANSPRT", "udp", "not a ferry variable");
+}
+
+Test(config, every_transport_in_the_table_is_taken_by_its_name)
+{
+	char err[256];
+	for (unsigned i = 0; i < nic_n_transports; i++) {
+		const struct nic_transport *t = &nic_transports[i];
+		struct ferry_config cfg;
+		ferry_config_defaults(&cfg);
+		cr_assert_eq(ferry_config_set(&cfg, "FERRY_TRANSPORT", t->name, err, sizeof(err)), 0,
+			     "%s: %s", t->name, err);
+		cr_assert_eq(cfg.transport, t->kind, "%s", t->name);
+		cr_assert_str_eq(nic_transport_name(t->kind), t->name);
+		cr_assert_eq(nic_transport_find(t->name), t);
+	}
+	char names[128];
+	nic_transport_list(names, sizeof(names), "|");
+	cr_assert_str_eq(names, "auto|udp|ib|softib", "the test datapath is not offered");
 }

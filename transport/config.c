@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "transport/nic.h"
+
 extern char **environ;
 
 void ferry_config_defaults(struct ferry_config *cfg)
@@ -174,18 +176,13 @@ int ferry_config_set(struct ferry_config *cfg, const char *name, const char *v, 
 			return refuse(err, errlen, name, v, "1|0|on|off|yes|no|true|false");
 		cfg->enable = b;
 	} else if (!strcmp(name, "FERRY_TRANSPORT")) {
-		if (!strcmp(v, "auto"))
-			cfg->transport = FERRY_TRANSPORT_AUTO;
-		else if (!strcmp(v, "udp"))
-			cfg->transport = FERRY_TRANSPORT_UDP;
-		else if (!strcmp(v, "ib"))
-			cfg->transport = FERRY_TRANSPORT_IB;
-		else if (!strcmp(v, "softib"))
-			cfg->transport = FERRY_TRANSPORT_SOFTIB;
-		else if (!strcmp(v, "test"))
-			cfg->transport = FERRY_TRANSPORT_TEST;
-		else
-			return refuse(err, errlen, name, v, "auto|udp|ib|softib");
+		const struct nic_transport *t = nic_transport_find(v);
+		if (!t) {
+			char names[128];
+			nic_transport_list(names, sizeof(names), "|");
+			return refuse(err, errlen, name, v, names);
+		}
+		cfg->transport = t->kind;
 	} else if (!strcmp(name, "FERRY_PORTS")) {
 		if (parse_ports(v, cfg))
 			return refuse(err, errlen, name, v,
@@ -328,16 +325,4 @@ bool ferry_config_port_allowed(const struct ferry_config *cfg, uint16_t port)
 		if (port >= cfg->ports[i].lo && port <= cfg->ports[i].hi)
 			return true;
 	return false;
-}
-
-const char *ferry_transport_name(enum ferry_transport_kind kind)
-{
-	switch (kind) {
-	case FERRY_TRANSPORT_AUTO: return "auto";
-	case FERRY_TRANSPORT_UDP: return "udp";
-	case FERRY_TRANSPORT_IB: return "ib";
-	case FERRY_TRANSPORT_SOFTIB: return "softib";
-	case FERRY_TRANSPORT_TEST: return "test";
-	}
-	return "?";
 }

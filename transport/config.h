@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The datapaths; their names and openers are in one table, nic_transports
+ * (transport/nic.h). */
 enum ferry_transport_kind {
 	FERRY_TRANSPORT_AUTO,
 	FERRY_TRANSPORT_UDP,
@@ -86,7 +88,5 @@ int ferry_config_set(struct ferry_config *cfg, const char *name, const char *val
 
 /* Whether a TCP port passes FERRY_PORTS. */
 bool ferry_config_port_allowed(const struct ferry_config *cfg, uint16_t port);
-
-const char *ferry_transport_name(enum ferry_transport_kind kind);
 
 #endif

@@ -1,10 +1,12 @@
-/* nic_open: picks the datapath FERRY_TRANSPORT names and says why. */
+/* The table of datapaths FERRY_TRANSPORT names, and nic_open, which opens
+ * the one named and says why not. */
 #include "autoconfig.h"
 
 #include "transport/nic.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "compat/softib/softib.h"
 #include "transport/config.h"
@@ -17,6 +19,18 @@ static void nic_set_msg(char *msg, size_t msglen, const char *text)
 		snprintf(msg, msglen, "%s", text);
 }
 
+static struct nic *nic_open_ibverbs(const struct ferry_config *cfg, struct ferry_stats *stats,
+				    int *err, char *msg, size_t msglen)
+{
+	return nic_ib_open(cfg, stats, &verbs_api_ibverbs, err, msg, msglen);
+}
+
+static struct nic *nic_open_softib(const struct ferry_config *cfg, struct ferry_stats *stats,
+				   int *err, char *msg, size_t msglen)
+{
+	return nic_ib_open(cfg, stats, &verbs_api_softib, err, msg, msglen);
+}
+
 /* auto: ib when a real verbs device with an active port opens, else udp.
  * softib is never chosen here: it only reaches processes on this host, so
  * it must be asked for by name. */
@@ -25,13 +39,76 @@ static struct nic *nic_open_auto(const struct ferry_config *cfg, struct ferry_st
 {
 	char why[256] = "";
 	int ib_err = 0;
-	struct nic *nic = nic_ib_open(cfg, stats, &verbs_api_ibverbs, &ib_err, why, sizeof(why));
+	struct nic *nic = nic_open_ibverbs(cfg, stats, &ib_err, why, sizeof(why));
 	if (nic) {
 		log_info("transport auto: using ib (%s)", nic->name);
 		return nic;
 	}
 	log_info("transport auto: ib skipped: %s; using udp", why[0] ? why : "no usable device");
 	return nic_udp_open(cfg, stats, err, msg, msglen);
+}
+
+static struct nic *nic_open_test(const struct ferry_config *cfg, struct ferry_stats *stats,
+				 int *err, char *msg, size_t msglen)
+{
+	(void)cfg;
+	(void)stats;
+	nic_set_msg(msg, msglen,
+		    "FERRY_TRANSPORT=test is for protocol tests, which open the test nic "
+		    "directly (nic_test_open)");
+	*err = -EINVAL;
+	return NULL;
+}
+
+const struct nic_transport nic_transports[] = {
+	{.name = "auto", .kind = FERRY_TRANSPORT_AUTO, .open = nic_open_auto,
+	 .description = "ib when an RDMA device with an active port opens, else udp"},
+	{.name = "udp", .kind = FERRY_TRANSPORT_UDP, .open = nic_udp_open,
+	 .description = "kernel UDP, batched: any IP network"},
+	{.name = "ib", .kind = FERRY_TRANSPORT_IB, .open = nic_open_ibverbs,
+	 .description = "RDMA UD queue pairs through libibverbs (InfiniBand, RoCE)"},
+	{.name = "softib", .kind = FERRY_TRANSPORT_SOFTIB, .open = nic_open_softib,
+	 .description = "software verbs over shared memory: processes on this host only"},
+	{.name = "test", .kind = FERRY_TRANSPORT_TEST, .open = nic_open_test,
+	 .description = NULL},
+};
+const unsigned nic_n_transports = sizeof(nic_transports) / sizeof(nic_transports[0]);
+
+const struct nic_transport *nic_transport_find(const char *name)
+{
+	for (unsigned i = 0; i < nic_n_transports; i++)
+		if (!strcmp(nic_transports[i].name, name))
+			return &nic_transports[i];
+	return NULL;
+}
+
+const struct nic_transport *nic_transport_of(enum ferry_transport_kind kind)
+{
+	for (unsigned i = 0; i < nic_n_transports; i++)
+		if (nic_transports[i].kind == kind)
+			return &nic_transports[i];
+	return NULL;
+}
+
+const char *nic_transport_name(enum ferry_transport_kind kind)
+{
+	const struct nic_transport *t = nic_transport_of(kind);
+	return t ? t->name : "?";
+}
+
+size_t nic_transport_list(char *buf, size_t cap, const char *sep)
+{
+	size_t used = 0;
+	if (cap)
+		buf[0] = '\0';
+	for (unsigned i = 0; i < nic_n_transports; i++) {
+		if (!nic_transports[i].description)
+			continue;
+		int n = snprintf(buf + used, cap > used ? cap - used : 0, "%s%s",
+				 used ? sep : "", nic_transports[i].name);
+		used += n > 0 ? (size_t)n : 0;
+	}
+	return used;
 }
 
 struct nic *nic_open(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
@@ -41,23 +118,11 @@ struct nic *nic_open(const struct ferry_config *cfg, struct ferry_stats *stats, 
 	if (!err)
 		err = &dummy;
 	*err = 0;
-	switch (cfg->transport) {
-	case FERRY_TRANSPORT_AUTO:
-		return nic_open_auto(cfg, stats, err, msg, msglen);
-	case FERRY_TRANSPORT_UDP:
-		return nic_udp_open(cfg, stats, err, msg, msglen);
-	case FERRY_TRANSPORT_IB:
-		return nic_ib_open(cfg, stats, &verbs_api_ibverbs, err, msg, msglen);
-	case FERRY_TRANSPORT_SOFTIB:
-		return nic_ib_open(cfg, stats, &verbs_api_softib, err, msg, msglen);
-	case FERRY_TRANSPORT_TEST:
-		nic_set_msg(msg, msglen,
-			    "FERRY_TRANSPORT=test is for protocol tests, which open the test nic "
-			    "directly (nic_test_open)");
+	const struct nic_transport *t = nic_transport_of(cfg->transport);
+	if (!t) {
+		nic_set_msg(msg, msglen, "unknown FERRY_TRANSPORT value");
 		*err = -EINVAL;
 		return NULL;
 	}
-	nic_set_msg(msg, msglen, "unknown FERRY_TRANSPORT value");
-	*err = -EINVAL;
-	return NULL;
+	return t->open(cfg, stats, err, msg, msglen);
 }

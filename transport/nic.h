@@ -16,7 +16,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-struct ferry_config;
+#include "transport/config.h"
+
 struct ferry_stats;
 struct verbs_api;
 
@@ -109,6 +110,33 @@ struct nic {
 	struct ferry_stats *stats;  /* counters the nic may bump (drops, pkts) */
 };
 
+typedef struct nic *nic_open_fn(const struct ferry_config *cfg, struct ferry_stats *stats,
+				int *err, char *msg, size_t msglen);
+
+/*
+ * The one table of datapaths (nic.c): FERRY_TRANSPORT's values, their
+ * kinds, what they are for and how each opens. The config parser, nic_open,
+ * ferry-doctor --transports and so ferry-run's help all read it.
+ */
+struct nic_transport {
+	const char *name;               /* FERRY_TRANSPORT's value; also nic->name */
+	enum ferry_transport_kind kind;
+	const char *description;        /* one line; NULL: not offered to users (test) */
+	nic_open_fn *open;
+};
+extern const struct nic_transport nic_transports[];
+extern const unsigned nic_n_transports;
+
+/* The entry of that name or kind, or NULL. */
+const struct nic_transport *nic_transport_find(const char *name);
+const struct nic_transport *nic_transport_of(enum ferry_transport_kind kind);
+/* The name of a kind ("?" for none). */
+const char *nic_transport_name(enum ferry_transport_kind kind);
+/* Writes the names offered to users, joined by sep, into buf (truncated to
+ * cap, always terminated when cap > 0); returns the length it needed. Does
+ * not allocate. */
+size_t nic_transport_list(char *buf, size_t cap, const char *sep);
+
 /*
  * Opens the datapath cfg->transport names (auto: ib when a verbs device is
  * usable, else udp). On failure returns NULL, sets *err to -errno and writes a
@@ -117,7 +145,7 @@ struct nic {
 struct nic *nic_open(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
 		     char *msg, size_t msglen);
 
-/* Back-end constructors, for nic_open and for tests that want one directly. */
+/* Back-end constructors, for the table and for tests that want one directly. */
 struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
 			 char *msg, size_t msglen);
 /* The UD verbs datapath on a verbs provider: &verbs_api_ibverbs

@@ -650,7 +650,7 @@ static void ib_route_format(const struct nic_route *r, char *buf, size_t cap)
 	memcpy(&qpn, r->data + 18, 4);
 	memcpy(&qkey, r->data + 22, 4);
 	snprintf(buf, cap, "%s gid %s lid %u qpn 0x%x qkey 0x%x",
-		 ferry_transport_name((enum ferry_transport_kind)r->kind), gid, ntohs(lid), ntohl(qpn),
+		 nic_transport_name((enum ferry_transport_kind)r->kind), gid, ntohs(lid), ntohl(qpn),
 		 ntohl(qkey));
 }
 
@@ -962,7 +962,7 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 	}
 	ib->api = api;
 	ib->base.ops = &nic_ib_ops;
-	ib->base.name = ferry_transport_name(api->kind);
+	ib->base.name = nic_transport_name(api->kind);
 	ib->base.switched_fabric = api->switched_fabric;
 	ib->base.stats = stats;
 

@@ -33,6 +33,7 @@
 #include "bench/pin.h"
 #include "mgmt/mgmt.h"
 #include "mgmt/nexus.h"
+#include "preload/config.h"
 #include "transport/clock.h"
 #include "transport/config.h"
 #include "transport/pkthdr.h"
@@ -176,11 +177,16 @@ static void parse_addr(const char *spec, struct sockaddr_storage *ss, socklen_t 
 	freeaddrinfo(res);
 }
 
+/* FERRY_SPIN_US, the interposer's setting, which the server loop follows too. */
+static unsigned bench_spin_us;
+
 static struct nexus *bench_nexus(void)
 {
 	struct ferry_config cfg;
+	struct preload_config pcfg;
 	char msg[512];
-	int err = ferry_config_from_env(&cfg, msg, sizeof(msg));
+	int err = preload_config_from_env(&pcfg, &cfg, msg, sizeof(msg));
+	bench_spin_us = pcfg.spin_us;
 	if (err) {
 		fprintf(stderr, "ferry-bench: %s\n", msg);
 		exit(2);
@@ -245,7 +251,7 @@ static void serve(const char *spec, double seconds, int port_fd)
 		       nexus_transport(nx));
 		fflush(stdout);
 	}
-	uint64_t spin_ns = (uint64_t)nexus_config(nx)->spin_us * 1000;
+	uint64_t spin_ns = (uint64_t)bench_spin_us * 1000;
 	uint64_t end = seconds > 0 ? clock_now_ns() + (uint64_t)(seconds * 1e9) : UINT64_MAX;
 	uint64_t last = clock_now_ns();
 	while (!server_stop) {

@@ -4,7 +4,7 @@ noinst_PROGRAMS += bench/udp_pingpong
 bench_udp_pingpong_SOURCES = bench/udp_pingpong.c bench/pin.h
 # ferry-bench: the transport's latency / rate / bandwidth microbenchmarks.
 noinst_PROGRAMS += bench/ferry-bench
-bench_ferry_bench_SOURCES = bench/ferry-bench.c bench/pin.h
+bench_ferry_bench_SOURCES = bench/ferry-bench.c bench/pin.h preload/config.c preload/config.h
 bench_ferry_bench_LDADD = libferry_core.la
 # shm_pingpong: bare shared-memory ping-pong and memcpy bandwidth, the softib baseline.
 noinst_PROGRAMS += bench/shm_pingpong

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "compat/softib/softib.h"
+#include "preload/config.h"
 #include "transport/config.h"
 #include "transport/log.h"
 #include "transport/nic.h"
@@ -262,9 +263,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	struct ferry_config cfg;
+	struct preload_config pcfg; /* read so its variables are checked too */
 	char err[256];
 	printf("ferry-doctor\n\nconfiguration\n");
-	if (ferry_config_from_env(&cfg, err, sizeof(err))) {
+	if (preload_config_from_env(&pcfg, &cfg, err, sizeof(err))) {
 		say("FIX", "%s", err);
 		return 1;
 	}

@@ -153,7 +153,7 @@ static bool ferry_read_config(void)
 {
 	char err[512];
 	ferry_config_defaults(&ferry.cfg);
-	int rc = ferry_config_from_env(&ferry.cfg, err, sizeof(err));
+	int rc = preload_config_from_env(&ferry.pcfg, &ferry.cfg, err, sizeof(err));
 	ferry_log_init(ferry.cfg.log_level, ferry.cfg.log_file);
 	if (rc < 0) {
 		log_error("%s; ferry stays off and every socket is the kernel's", err);
@@ -177,7 +177,7 @@ static void ferry_start_locked(void)
 		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
 		return;
 	}
-	if (!ferry.cfg.enable) {
+	if (!ferry.pcfg.enable) {
 		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
 		return;
 	}
@@ -213,7 +213,7 @@ static void ferry_start_locked(void)
 	if (rc == 0) /* the next owner of a stream a child takes over dials us there */
 		rc = mgmt_answer_on_control(ferry.mgmt, ferry.rpc);
 	if (rc == 0)
-		rc = progress_start(ferry.rpc, &ferry.cfg);
+		rc = progress_start(ferry.rpc, &ferry.cfg, ferry.pcfg.spin_us);
 	if (rc) {
 		log_warn("ferry cannot start: %s; sockets use the kernel", strerror(-rc));
 		ferry.unavailable = true;
@@ -229,7 +229,7 @@ static void ferry_start_locked(void)
 	}
 	if (ferry.cfg.stats_path[0])
 		ferry_install_dump_signal();
-	log_info("ferry on: transport %s, spin %u us", ferry.transport, ferry.cfg.spin_us);
+	log_info("ferry on: transport %s, spin %u us", ferry.transport, ferry.pcfg.spin_us);
 	__atomic_store_n(&ferry.state, FERRY_ON, __ATOMIC_RELEASE);
 }
 

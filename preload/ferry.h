@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 
+#include "preload/config.h"
 #include "transport/config.h"
 #include "transport/stats.h"
 
@@ -29,6 +30,7 @@ enum ferry_state {
 struct ferry_proc {
 	int state; /* atomic enum ferry_state */
 	struct ferry_config cfg;
+	struct preload_config pcfg; /* the interposer's own: enable, ports, spin */
 	struct nexus *nx;
 	struct rpc *rpc;
 	struct mgmt *mgmt;

@@ -22,6 +22,9 @@ libferry_la_SOURCES += preload/spawn.c
 libferry_la_SOURCES += preload/lshare.c preload/lshare.h
 libferry_la_SOURCES += preload/handover.c preload/handover.h
 libferry_la_SOURCES += preload/inherit.c
+# The interposer's settings; also compiled into ferry-doctor and ferry-bench,
+# whose single check of FERRY_* names must know the interposer's too.
+libferry_la_SOURCES += preload/config.c preload/config.h
 libferry_la_SOURCES += compat/glibc_entry.c
 libferry_la_CFLAGS = $(AM_CFLAGS) -fPIC
 libferry_la_LIBADD = libferry_core.la $(PTHREAD_LIBS)

@@ -189,7 +189,7 @@ static void *progress_main(void *arg)
 	return NULL;
 }
 
-int progress_start(struct rpc *rpc, const struct ferry_config *cfg)
+int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spin_us)
 {
 	pg_rpc = rpc;
 	pg_tick_ns = (uint64_t)cfg->rto_us * 250u;
@@ -212,7 +212,7 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg)
 		pg_efd = -1;
 		return -rc;
 	}
-	wait_set_progress(&pg_ops, cfg->spin_us);
+	wait_set_progress(&pg_ops, spin_us);
 	return 0;
 }
 

@@ -11,8 +11,9 @@
 struct rpc;
 struct ferry_config;
 
-/* Starts the background thread. 0 or -errno. */
-int progress_start(struct rpc *rpc, const struct ferry_config *cfg);
+/* Starts the background thread; waiting threads spin spin_us (FERRY_SPIN_US)
+ * before they sleep. 0 or -errno. */
+int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spin_us);
 /* Asks the background thread to write FERRY_STATS (async-signal-safe). */
 void progress_request_dump(void);
 /* Writes were deferred: make sure the thread will send them if the

@@ -683,7 +683,7 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 	struct sockaddr_storage dst;
 	socklen_t dlen = sa_unmap(a, &dst);
 	uint16_t port = sa_port(a);
-	if (!ferry_config_port_allowed(&ferry.cfg, port)) {
+	if (!preload_config_port_allowed(&ferry.pcfg, port)) {
 		count_fallback(-EPFNOSUPPORT);
 		return sock_kernel_connect(f, fd, a, l);
 	}
@@ -869,7 +869,7 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
 	if (c->getsockname(fd, (struct sockaddr *)&a, &alen) != 0)
 		return 0;
 	uint16_t port = sa_port((struct sockaddr *)&a);
-	if (!ferry_config_port_allowed(&ferry.cfg, port)) {
+	if (!preload_config_port_allowed(&ferry.pcfg, port)) {
 		sock_handoff(f);
 		return 0;
 	}

@@ -1,4 +1,6 @@
-/* FERRY_* parsing: good values taken, bad ones refused with the variable and what it accepts. */
+/* FERRY_* parsing, the transport's variables and the interposer's in one
+ * walk: good values taken, bad ones refused with the variable and what it
+ * accepts. */
 #include "autoconfig.h"
 
 #include <criterion/criterion.h>
@@ -6,15 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "preload/config.h"
 #include "transport/config.h"
 #include "transport/nic.h"
 
 static void refused(const char *name, const char *value, const char *accepts)
 {
 	struct ferry_config cfg;
+	struct preload_config pc;
 	char err[512] = "";
 	cr_assert_eq(setenv(name, value, 1), 0);
-	cr_assert_eq(ferry_config_from_env(&cfg, err, sizeof(err)), -EINVAL, "%s=%s taken", name, value);
+	cr_assert_eq(preload_config_from_env(&pc, &cfg, err, sizeof(err)), -EINVAL, "%s=%s taken",
+		     name, value);
 	cr_assert(strstr(err, name), "message does not name %s: %s", name, err);
 	cr_assert(strstr(err, accepts), "message does not say what %s accepts: %s", name, err);
 	unsetenv(name);
@@ -23,13 +28,15 @@ static void refused(const char *name, const char *value, const char *accepts)
 Test(config, defaults_without_environment)
 {
 	struct ferry_config cfg;
+	struct preload_config pc;
 	char err[256];
-	cr_assert_eq(ferry_config_from_env(&cfg, err, sizeof(err)), 0, "%s", err);
-	cr_assert(cfg.enable);
+	cr_assert_eq(preload_config_from_env(&pc, &cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert(pc.enable);
+	cr_assert_eq(pc.spin_us, 50);
 	cr_assert_eq(cfg.transport, FERRY_TRANSPORT_AUTO);
 	cr_assert_eq(cfg.session_slots, 8);
 	cr_assert_eq(cfg.session_credits, 32);
-	cr_assert(ferry_config_port_allowed(&cfg, 6379));
+	cr_assert(preload_config_port_allowed(&pc, 6379));
 }
 
 Test(config, values_are_taken)
@@ -39,16 +46,19 @@ Test(config, values_are_taken)
 	setenv("FERRY_ENABLE", "off", 1);
 	setenv("FERRY_FAULT", "drop=0.25,dup=0.5,seed=9", 1);
 	setenv("FERRY_CREDITS", "64", 1);
+	setenv("FERRY_SPIN_US", "7", 1);
 	setenv("FERRY_TEST_ANYTHING", "ignored", 1);
 	struct ferry_config cfg;
+	struct preload_config pc;
 	char err[256] = "";
-	cr_assert_eq(ferry_config_from_env(&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(preload_config_from_env(&pc, &cfg, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(cfg.transport, FERRY_TRANSPORT_SOFTIB);
-	cr_assert_not(cfg.enable);
-	cr_assert(ferry_config_port_allowed(&cfg, 6379));
-	cr_assert(ferry_config_port_allowed(&cfg, 11500));
-	cr_assert_not(ferry_config_port_allowed(&cfg, 6380));
-	cr_assert_not(ferry_config_port_allowed(&cfg, 12000));
+	cr_assert_not(pc.enable);
+	cr_assert_eq(pc.spin_us, 7);
+	cr_assert(preload_config_port_allowed(&pc, 6379));
+	cr_assert(preload_config_port_allowed(&pc, 11500));
+	cr_assert_not(preload_config_port_allowed(&pc, 6380));
+	cr_assert_not(preload_config_port_allowed(&pc, 12000));
 	cr_assert_float_eq(cfg.fault.drop, 0.25, 1e-12);
 	cr_assert_float_eq(cfg.fault.dup, 0.5, 1e-12);
 	cr_assert_eq(cfg.fault.seed, 9);
@@ -77,6 +87,23 @@ Test(config, bad_values_are_refused_with_what_is_accepted)
 Test(config, unknown_variable_is_refused)
 {
 	refused("FERRY_TRANSPRT", "udp", "not a ferry variable");
+	refused("FERRY_SPIN", "50", "not a ferry variable");
+}
+
+/* The walk knows a name only through its owners: without the interposer's,
+ * its variables are as unknown as a typo. */
+Test(config, a_name_is_known_through_its_owner)
+{
+	struct ferry_config cfg;
+	struct preload_config pc;
+	char err[256] = "";
+	cr_assert_eq(setenv("FERRY_PORTS", "6379", 1), 0);
+	cr_assert_eq(ferry_config_from_env(&cfg, NULL, 0, err, sizeof(err)), -EINVAL);
+	cr_assert(strstr(err, "FERRY_PORTS") && strstr(err, "not a ferry variable"), "%s", err);
+	cr_assert_eq(preload_config_from_env(&pc, &cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(preload_config_set(&pc, "FERRY_TRANSPORT", "udp", err, sizeof(err)), -ENOENT);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_PORTS", "6379", err, sizeof(err)), -EINVAL);
+	unsetenv("FERRY_PORTS");
 }
 
 Test(config, every_transport_in_the_table_is_taken_by_its_name)

@@ -1,4 +1,6 @@
-/* FERRY_* environment parsing: every value checked, every refusal explained. */
+/* FERRY_* environment parsing: every value checked, every refusal explained,
+ * one walk over the environment for the transport's variables and those of
+ * other owners (the interposer's, preload/config.c). */
 #include "autoconfig.h"
 
 #include "transport/config.h"
@@ -15,9 +17,7 @@ extern char **environ;
 void ferry_config_defaults(struct ferry_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
-	cfg->enable = true;
 	cfg->transport = FERRY_TRANSPORT_AUTO;
-	cfg->spin_us = 50;
 	cfg->log_level = FERRY_LOG_WARN;
 	cfg->session_slots = 8;
 	cfg->session_credits = 32;
@@ -33,8 +33,8 @@ void ferry_config_defaults(struct ferry_config *cfg)
 	cfg->gid_index = -1;
 }
 
-static int refuse(char *err, size_t errlen, const char *name, const char *value,
-		  const char *accepts)
+int ferry_config_refuse(char *err, size_t errlen, const char *name, const char *value,
+			const char *accepts)
 {
 	if (err && errlen)
 		snprintf(err, errlen, "%s=%s is not usable: %s accepts %s", name, value,
@@ -42,7 +42,7 @@ static int refuse(char *err, size_t errlen, const char *name, const char *value,
 	return -EINVAL;
 }
 
-static int parse_bool(const char *v, bool *out)
+int ferry_config_parse_bool(const char *v, bool *out)
 {
 	static const char *const yes[] = {"1", "on", "yes", "true"};
 	static const char *const no[] = {"0", "off", "no", "false"};
@@ -59,7 +59,8 @@ static int parse_bool(const char *v, bool *out)
 	return -1;
 }
 
-static int parse_uint(const char *v, unsigned long lo, unsigned long hi, unsigned long *out)
+int ferry_config_parse_uint(const char *v, unsigned long lo, unsigned long hi,
+			    unsigned long *out)
 {
 	char *end;
 	if (*v == '\0' || *v == '-' || *v == '+')
@@ -80,40 +81,6 @@ static int parse_prob(const char *v, double *out)
 	if (errno || end == v || *end != '\0' || !(x >= 0.0 && x <= 1.0))
 		return -1;
 	*out = x;
-	return 0;
-}
-
-static int parse_ports(const char *v, struct ferry_config *cfg)
-{
-	cfg->n_port_ranges = 0;
-	if (!strcasecmp(v, "all") || *v == '\0')
-		return 0;
-	const char *p = v;
-	while (*p) {
-		char *end;
-		errno = 0;
-		unsigned long lo = strtoul(p, &end, 10), hi;
-		if (errno || end == p || lo < 1 || lo > 65535)
-			return -1;
-		hi = lo;
-		p = end;
-		if (*p == '-') {
-			p++;
-			hi = strtoul(p, &end, 10);
-			if (errno || end == p || hi < lo || hi > 65535)
-				return -1;
-			p = end;
-		}
-		if (cfg->n_port_ranges == FERRY_PORT_RANGES_MAX)
-			return -1;
-		cfg->ports[cfg->n_port_ranges].lo = (uint16_t)lo;
-		cfg->ports[cfg->n_port_ranges].hi = (uint16_t)hi;
-		cfg->n_port_ranges++;
-		if (*p == ',')
-			p++;
-		else if (*p)
-			return -1;
-	}
 	return 0;
 }
 
@@ -165,35 +132,24 @@ static int copy_string(const char *v, char *dst, size_t cap)
 	return 0;
 }
 
-int ferry_config_set(struct ferry_config *cfg, const char *name, const char *v, char *err,
-		     size_t errlen)
+/* One of the transport's variables; -ENOENT when name is not one of them. */
+static int config_set(struct ferry_config *cfg, const char *name, const char *v, char *err,
+		      size_t errlen)
 {
 	unsigned long u;
 	bool b;
 
-	if (!strcmp(name, "FERRY_ENABLE")) {
-		if (parse_bool(v, &b))
-			return refuse(err, errlen, name, v, "1|0|on|off|yes|no|true|false");
-		cfg->enable = b;
-	} else if (!strcmp(name, "FERRY_TRANSPORT")) {
+	if (!strcmp(name, "FERRY_TRANSPORT")) {
 		const struct nic_transport *t = nic_transport_find(v);
 		if (!t) {
 			char names[128];
 			nic_transport_list(names, sizeof(names), "|");
-			return refuse(err, errlen, name, v, names);
+			return ferry_config_refuse(err, errlen, name, v, names);
 		}
 		cfg->transport = t->kind;
-	} else if (!strcmp(name, "FERRY_PORTS")) {
-		if (parse_ports(v, cfg))
-			return refuse(err, errlen, name, v,
-				      "all, or a comma list of ports and ranges such as 6379,11000-11999");
-	} else if (!strcmp(name, "FERRY_SPIN_US")) {
-		if (parse_uint(v, 0, 1000000, &u))
-			return refuse(err, errlen, name, v, "microseconds from 0 to 1000000");
-		cfg->spin_us = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_PEERS")) {
 		if (copy_string(v, cfg->peers, sizeof(cfg->peers)))
-			return refuse(err, errlen, name, v, "host:port[,host:port...] under 1024 bytes");
+			return ferry_config_refuse(err, errlen, name, v, "host:port[,host:port...] under 1024 bytes");
 	} else if (!strcmp(name, "FERRY_LOG")) {
 		if (!strcmp(v, "error"))
 			cfg->log_level = FERRY_LOG_ERROR;
@@ -204,84 +160,95 @@ int ferry_config_set(struct ferry_config *cfg, const char *name, const char *v, 
 		else if (!strcmp(v, "debug"))
 			cfg->log_level = FERRY_LOG_DEBUG;
 		else
-			return refuse(err, errlen, name, v, "error|warn|info|debug");
+			return ferry_config_refuse(err, errlen, name, v, "error|warn|info|debug");
 	} else if (!strcmp(name, "FERRY_LOG_FILE")) {
 		if (copy_string(v, cfg->log_file, sizeof(cfg->log_file)))
-			return refuse(err, errlen, name, v, "a path under 512 bytes");
+			return ferry_config_refuse(err, errlen, name, v, "a path under 512 bytes");
 	} else if (!strcmp(name, "FERRY_STATS")) {
 		if (copy_string(v, cfg->stats_path, sizeof(cfg->stats_path)))
-			return refuse(err, errlen, name, v, "a path under 512 bytes (%p = pid)");
+			return ferry_config_refuse(err, errlen, name, v, "a path under 512 bytes (%p = pid)");
 	} else if (!strcmp(name, "FERRY_SLOTS")) {
 		/* A power of two keeps every outstanding request on its own server
 		 * slot, whose count is fixed at RPC_SERVER_SLOTS (64). */
-		if (parse_uint(v, 1, 64, &u) || (u & (u - 1)))
-			return refuse(err, errlen, name, v,
+		if (ferry_config_parse_uint(v, 1, 64, &u) || (u & (u - 1)))
+			return ferry_config_refuse(err, errlen, name, v,
 				      "a power of two from 1 to 64 (requests in flight per session direction)");
 		cfg->session_slots = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_CREDITS")) {
-		if (parse_uint(v, 1, 1024, &u))
-			return refuse(err, errlen, name, v, "1 to 1024 packets in flight per session direction");
+		if (ferry_config_parse_uint(v, 1, 1024, &u))
+			return ferry_config_refuse(err, errlen, name, v, "1 to 1024 packets in flight per session direction");
 		cfg->session_credits = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_RTO_US")) {
-		if (parse_uint(v, 50, 10000000, &u))
-			return refuse(err, errlen, name, v, "microseconds from 50 to 10000000");
+		if (ferry_config_parse_uint(v, 50, 10000000, &u))
+			return ferry_config_refuse(err, errlen, name, v, "microseconds from 50 to 10000000");
 		cfg->rto_us = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_FAILURE_TIMEOUT_MS")) {
-		if (parse_uint(v, 10, 3600000, &u))
-			return refuse(err, errlen, name, v, "milliseconds from 10 to 3600000");
+		if (ferry_config_parse_uint(v, 10, 3600000, &u))
+			return ferry_config_refuse(err, errlen, name, v, "milliseconds from 10 to 3600000");
 		cfg->failure_timeout_ms = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_HEARTBEAT_MS")) {
-		if (parse_uint(v, 1, 600000, &u))
-			return refuse(err, errlen, name, v, "milliseconds from 1 to 600000");
+		if (ferry_config_parse_uint(v, 1, 600000, &u))
+			return ferry_config_refuse(err, errlen, name, v, "milliseconds from 1 to 600000");
 		cfg->heartbeat_ms = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_CONNECT_TIMEOUT_MS")) {
-		if (parse_uint(v, 1, 600000, &u))
-			return refuse(err, errlen, name, v, "milliseconds from 1 to 600000");
+		if (ferry_config_parse_uint(v, 1, 600000, &u))
+			return ferry_config_refuse(err, errlen, name, v, "milliseconds from 1 to 600000");
 		cfg->connect_timeout_ms = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_MTU")) {
-		if (parse_uint(v, 0, 65507, &u) || (u != 0 && u < 256))
-			return refuse(err, errlen, name, v, "0 (path MTU) or bytes from 256 to 65507");
+		if (ferry_config_parse_uint(v, 0, 65507, &u) || (u != 0 && u < 256))
+			return ferry_config_refuse(err, errlen, name, v, "0 (path MTU) or bytes from 256 to 65507");
 		cfg->mtu = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_CC")) {
 		if (!strcmp(v, "auto"))
 			cfg->congestion_control = FERRY_CC_AUTO;
-		else if (parse_bool(v, &b))
-			return refuse(err, errlen, name, v, "auto|on|off|1|0");
+		else if (ferry_config_parse_bool(v, &b))
+			return ferry_config_refuse(err, errlen, name, v, "auto|on|off|1|0");
 		else
 			cfg->congestion_control = b ? FERRY_CC_ON : FERRY_CC_OFF;
 	} else if (!strcmp(name, "FERRY_LINK_GBPS")) {
-		if (parse_uint(v, 1, 800, &u))
-			return refuse(err, errlen, name, v, "whole Gbit/s from 1 to 800");
+		if (ferry_config_parse_uint(v, 1, 800, &u))
+			return ferry_config_refuse(err, errlen, name, v, "whole Gbit/s from 1 to 800");
 		cfg->link_gbps = (double)u;
 	} else if (!strcmp(name, "FERRY_FAULT")) {
 		if (parse_fault(v, &cfg->fault))
-			return refuse(err, errlen, name, v,
+			return ferry_config_refuse(err, errlen, name, v,
 				      "off, or drop=P,dup=P,reorder=P,seed=N with probabilities in [0,1]");
 	} else if (!strcmp(name, "FERRY_DEVICE")) {
 		if (copy_string(v, cfg->device, sizeof(cfg->device)))
-			return refuse(err, errlen, name, v, "a verbs device name under 64 bytes");
+			return ferry_config_refuse(err, errlen, name, v, "a verbs device name under 64 bytes");
 	} else if (!strcmp(name, "FERRY_IB_PORT")) {
-		if (parse_uint(v, 0, 255, &u))
-			return refuse(err, errlen, name, v, "a port number from 1 to 255, or 0 for the first active");
+		if (ferry_config_parse_uint(v, 0, 255, &u))
+			return ferry_config_refuse(err, errlen, name, v, "a port number from 1 to 255, or 0 for the first active");
 		cfg->ib_port = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_GID_INDEX")) {
 		if (!strcmp(v, "auto"))
 			cfg->gid_index = -1;
-		else if (parse_uint(v, 0, 255, &u))
-			return refuse(err, errlen, name, v, "auto or a GID table index from 0 to 255");
+		else if (ferry_config_parse_uint(v, 0, 255, &u))
+			return ferry_config_refuse(err, errlen, name, v, "auto or a GID table index from 0 to 255");
 		else
 			cfg->gid_index = (int)u;
 	} else if (!strcmp(name, "FERRY_SOFTIB_FABRIC")) {
 		if (copy_string(v, cfg->softib_fabric, sizeof(cfg->softib_fabric)) ||
 		    strchr(v, '/'))
-			return refuse(err, errlen, name, v, "a name without '/' under 128 bytes");
+			return ferry_config_refuse(err, errlen, name, v, "a name without '/' under 128 bytes");
 	} else {
-		if (err && errlen)
-			snprintf(err, errlen, "%s is not a ferry variable (see README, Configuration)",
-				 name);
-		return -EINVAL;
+		return -ENOENT;
 	}
 	return 0;
+}
+
+static int not_ours(char *err, size_t errlen, const char *name)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s is not a ferry variable (see README, Configuration)", name);
+	return -EINVAL;
+}
+
+int ferry_config_set(struct ferry_config *cfg, const char *name, const char *v, char *err,
+		     size_t errlen)
+{
+	int rc = config_set(cfg, name, v, err, errlen);
+	return rc == -ENOENT ? not_ours(err, errlen, name) : rc;
 }
 
 /* Variables that tools and tests use but that do not configure the library. */
@@ -290,7 +257,8 @@ static bool ignored_name(const char *name)
 	return !strncmp(name, "FERRY_TEST_", 11) || !strcmp(name, "FERRY_LIB");
 }
 
-int ferry_config_from_env(struct ferry_config *cfg, char *err, size_t errlen)
+int ferry_config_from_env(struct ferry_config *cfg, const struct ferry_config_owner *owners,
+			  unsigned n_owners, char *err, size_t errlen)
 {
 	ferry_config_defaults(cfg);
 	for (char **e = environ; e && *e; e++) {
@@ -310,19 +278,13 @@ int ferry_config_from_env(struct ferry_config *cfg, char *err, size_t errlen)
 		name[n] = '\0';
 		if (ignored_name(name))
 			continue;
-		int rc = ferry_config_set(cfg, name, eq + 1, err, errlen);
+		int rc = config_set(cfg, name, eq + 1, err, errlen);
+		for (unsigned i = 0; rc == -ENOENT && i < n_owners; i++)
+			rc = owners[i].set(owners[i].settings, name, eq + 1, err, errlen);
+		if (rc == -ENOENT)
+			return not_ours(err, errlen, name);
 		if (rc)
 			return rc;
 	}
 	return 0;
-}
-
-bool ferry_config_port_allowed(const struct ferry_config *cfg, uint16_t port)
-{
-	if (cfg->n_port_ranges == 0)
-		return true;
-	for (unsigned i = 0; i < cfg->n_port_ranges; i++)
-		if (port >= cfg->ports[i].lo && port <= cfg->ports[i].hi)
-			return true;
-	return false;
 }

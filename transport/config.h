@@ -32,11 +32,6 @@ enum ferry_log_level {
  */
 enum ferry_cc_mode { FERRY_CC_AUTO, FERRY_CC_ON, FERRY_CC_OFF };
 
-#define FERRY_PORT_RANGES_MAX 32
-struct ferry_port_range {
-	uint16_t lo, hi;
-};
-
 /* Test-only fault injection on the receive path (FERRY_FAULT). */
 struct ferry_fault_config {
 	double drop, dup, reorder; /* probabilities in [0, 1] */
@@ -44,11 +39,7 @@ struct ferry_fault_config {
 };
 
 struct ferry_config {
-	bool enable;                        /* FERRY_ENABLE */
 	enum ferry_transport_kind transport; /* FERRY_TRANSPORT */
-	unsigned n_port_ranges;             /* FERRY_PORTS; 0 ranges = all ports */
-	struct ferry_port_range ports[FERRY_PORT_RANGES_MAX];
-	unsigned spin_us;                   /* FERRY_SPIN_US */
 	char peers[1024];                   /* FERRY_PEERS, "host:port,..." */
 	enum ferry_log_level log_level;     /* FERRY_LOG */
 	char log_file[512];                 /* FERRY_LOG_FILE */
@@ -75,18 +66,42 @@ struct ferry_config {
 void ferry_config_defaults(struct ferry_config *cfg);
 
 /*
- * Reads every FERRY_* variable over the defaults. On a value it cannot use it
- * returns -EINVAL and writes into err a message naming the variable and what
- * it accepts; unknown FERRY_* names are also refused, so typos do not pass
- * silently. Does not allocate, so it is safe early in a preloaded process.
+ * FERRY_* variables another module owns (the interposer's: preload/config.h),
+ * read in the same walk: set parses one of them into settings and returns 0,
+ * -EINVAL with a message as ferry_config_refuse writes it, or -ENOENT when
+ * name is not one of its own.
  */
-int ferry_config_from_env(struct ferry_config *cfg, char *err, size_t errlen);
+struct ferry_config_owner {
+	int (*set)(void *settings, const char *name, const char *value, char *err,
+		   size_t errlen);
+	void *settings;
+};
 
-/* Parses one variable's value as if it came from the environment (tests). */
+/*
+ * Reads every FERRY_* variable over the defaults: the transport's into cfg,
+ * the others into their owners'. On a value it cannot use it returns -EINVAL
+ * and writes into err a message naming the variable and what it accepts; a
+ * FERRY_* name nobody owns is also refused, so typos do not pass silently
+ * (a program that runs beside the interposer, ferry-doctor or ferry-bench,
+ * reads through preload_config_from_env, so the interposer's names are
+ * known there too). Does not allocate, so it is safe early in a preloaded
+ * process.
+ */
+int ferry_config_from_env(struct ferry_config *cfg, const struct ferry_config_owner *owners,
+			  unsigned n_owners, char *err, size_t errlen);
+
+/* Parses one of the transport's variables as if it came from the
+ * environment (tests); another name is refused as unknown. */
 int ferry_config_set(struct ferry_config *cfg, const char *name, const char *value,
 		     char *err, size_t errlen);
 
-/* Whether a TCP port passes FERRY_PORTS. */
-bool ferry_config_port_allowed(const struct ferry_config *cfg, uint16_t port);
+/* For owners' parsers: the refusal message ("NAME=VALUE is not usable: NAME
+ * accepts ..."), returning -EINVAL; and the value syntaxes the transport's
+ * variables use (0, or -1 when the value does not parse or is out of range). */
+int ferry_config_refuse(char *err, size_t errlen, const char *name, const char *value,
+			const char *accepts);
+int ferry_config_parse_bool(const char *v, bool *out);
+int ferry_config_parse_uint(const char *v, unsigned long lo, unsigned long hi,
+			    unsigned long *out);
 
 #endif

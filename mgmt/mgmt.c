@@ -357,6 +357,7 @@ static void *mgmt_main(void *arg)
 	struct mgmt *m = arg;
 	mgmt_self = m;
 	for (;;) {
+		thread_pause_point(&m->pause);
 		if (!commands(m))
 			break;
 		int timeout = mgmt_timers(m, clock_now_ns());
@@ -375,6 +376,7 @@ static void *mgmt_main(void *arg)
 				sock_drain(m, m->pfd[i].fd, m->pfd_owner[i], m->pfd[i].revents, now);
 		completions_run(m);
 	}
+	thread_pause_running(&m->pause, false);
 	shutdown_all(m);
 	return NULL;
 }
@@ -404,6 +406,16 @@ static int submit(struct mgmt *m, struct cmd *c)
 		pthread_cond_wait(&m->cv, &m->mu);
 	pthread_mutex_unlock(&m->mu);
 	return c->result;
+}
+
+void mgmt_hold(struct mgmt *m)
+{
+	thread_pause_hold(&m->pause, m->evfd);
+}
+
+void mgmt_release(struct mgmt *m)
+{
+	thread_pause_release(&m->pause);
 }
 
 /* Commands other than a blocking connect run inline when the management
@@ -436,6 +448,7 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 	m->ctl4 = m->ctl6 = m->evfd = -1;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
+	thread_pause_init(&m->pause);
 	const char *what = "eventfd";
 	m->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	int rc = m->evfd < 0 ? -errno : 0;
@@ -454,8 +467,11 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 		sigset_t all, old;
 		sigfillset(&all);
 		pthread_sigmask(SIG_SETMASK, &all, &old);
+		thread_pause_running(&m->pause, true);
 		rc = -pthread_create(&m->thread, NULL, mgmt_main, m);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (rc)
+			thread_pause_running(&m->pause, false);
 	}
 	if (rc) {
 		*err = rc;

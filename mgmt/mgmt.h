@@ -108,6 +108,11 @@ void mgmt_disconnect(struct mgmt *m, struct rpc *rpc, int session);
  * management thread outlives the endpoint. */
 void mgmt_forget_rpc(struct mgmt *m, struct rpc *rpc);
 
+/* Holds the management thread still at a point where it holds nothing,
+ * until mgmt_release (fork, thread_pause.h). Not from the thread itself. */
+void mgmt_hold(struct mgmt *m);
+void mgmt_release(struct mgmt *m);
+
 /* This process's random identity on the management channel. */
 uint64_t mgmt_uuid(const struct mgmt *m);
 

@@ -23,6 +23,7 @@
 #include "mgmt/mgmt.h"
 #include "mgmt/mgmt_net.h"
 #include "mgmt/mgmt_wire.h"
+#include "transport/thread_pause.h"
 
 #define MGMT_MS 1000000ull
 
@@ -103,6 +104,7 @@ struct mgmt {
 	pthread_cond_t cv;
 	struct cmd *queue, **queue_tail;
 	bool stop;
+	struct thread_pause pause; /* fork holds the thread still (mgmt_hold) */
 
 	struct listener *listeners;
 	size_t nlisteners;

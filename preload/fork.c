@@ -16,6 +16,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "mgmt/mgmt.h"
 #include "preload/epoll.h"
 #include "preload/export.h"
 #include "preload/fdtable.h"
@@ -25,6 +26,7 @@
 #include "preload/lshare.h"
 #include "preload/peercache.h"
 #include "preload/phpool.h"
+#include "preload/progress.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
@@ -75,12 +77,30 @@ static void fork_start_afresh(void)
 	__atomic_store_n(&ferry.state, FERRY_UNINIT, __ATOMIC_RELEASE);
 }
 
+/* ferry's threads stop where they hold nothing, in an order where none
+ * waits for one stopped before it: the handover thread may wait for the
+ * peer's answer the others bring in. */
+static void fork_hold_threads(void)
+{
+	handover_hold();
+	mgmt_hold(ferry.mgmt);
+	progress_hold();
+}
+
+static void fork_release_threads(void)
+{
+	progress_release();
+	mgmt_release(ferry.mgmt);
+	handover_release();
+}
+
 FERRY_EXPORT pid_t fork(void)
 {
 	const struct libc_fns *c = libc();
 	if (ferry_internal() || ferry_state() != FERRY_ON)
 		return c->fork();
 	handover_fork_prepare();
+	fork_hold_threads();
 	/* Hold the endpoint and the table still across the fork, so the
 	 * child's copies are consistent. */
 	ferry_lock();
@@ -95,6 +115,7 @@ FERRY_EXPORT pid_t fork(void)
 		if (pid > 0)
 			sock_share_all(); /* the child holds copies of their numbers */
 		ferry_unlock();
+		fork_release_threads();
 		if (pid > 0) {
 			lshare_fork_parent();
 			handover_fork_parent(pid);
@@ -103,6 +124,7 @@ FERRY_EXPORT pid_t fork(void)
 	}
 	/* The child: the endpoint lock stays taken forever (nothing may use
 	 * the endpoint here), and this thread is the only one. */
+	handover_fork_child_begin();
 	lshare_fork_child_begin();
 	fdtable_each(&fdtab, fork_kill_file, NULL);
 	/* Placeholders of closing streams: the parent's own again, once they

@@ -30,6 +30,7 @@
 #include "transport/log.h"
 #include "transport/rpc.h"
 #include "transport/stats.h"
+#include "transport/thread_pause.h"
 
 /* How long the owner waits for the peer to stop and the bytes to settle,
  * and the new owner for the whole exchange. */
@@ -70,6 +71,7 @@ static struct ho_orphan *ho_orphans;
 static int ho_lfd = -1;   /* the unix socket children ask on */
 static int ho_wake = -1;  /* eventfd: the lists changed */
 static bool ho_started;
+static struct thread_pause ho_pause;
 static pthread_mutex_t ho_adopt_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static socklen_t ho_addr(pid_t pid, struct sockaddr_un *a)
@@ -306,6 +308,7 @@ static void *ho_main(void *arg)
 	(void)arg;
 	ferry_internal_enter();
 	for (;;) {
+		thread_pause_point(&ho_pause);
 		/* Children's exits are seen through their pidfds. */
 		struct pollfd p[64];
 		nfds_t n = 0;
@@ -337,6 +340,7 @@ static void *ho_main(void *arg)
 		ho_reap_children();
 		ho_reap_orphans();
 	}
+	thread_pause_running(&ho_pause, false);
 	return NULL;
 }
 
@@ -367,9 +371,12 @@ static int ho_start(void)
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_t t;
+	thread_pause_init(&ho_pause);
+	thread_pause_running(&ho_pause, true);
 	int rc = pthread_create(&t, NULL, ho_main, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc) {
+		thread_pause_running(&ho_pause, false);
 		c->close(lfd);
 		c->close(wake);
 		ho_lfd = ho_wake = -1;
@@ -391,6 +398,42 @@ void handover_fork_prepare(void)
 		log_warn("handover: cannot serve children (%s): their copies of connections say "
 			 "reset",
 			 strerror(-rc));
+}
+
+void handover_hold(void)
+{
+	if (ho_started)
+		thread_pause_hold(&ho_pause, ho_wake);
+}
+
+void handover_release(void)
+{
+	if (ho_started)
+		thread_pause_release(&ho_pause);
+}
+
+void handover_fork_child_begin(void)
+{
+	pthread_mutex_init(&ho_lock, NULL);
+	pthread_mutex_init(&ho_adopt_lock, NULL);
+	/* The parent's children and orphans are the parent's business. */
+	while (ho_children) {
+		struct ho_child *c = ho_children;
+		ho_children = c->next;
+		libc()->close(c->pidfd);
+		free(c);
+	}
+	while (ho_orphans) {
+		struct ho_orphan *o = ho_orphans;
+		ho_orphans = o->next;
+		free(o);
+	}
+	if (ho_started) {
+		libc()->close(ho_lfd);
+		libc()->close(ho_wake);
+	}
+	ho_lfd = ho_wake = -1;
+	ho_started = false;
 }
 
 void handover_fork_parent(pid_t child)

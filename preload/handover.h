@@ -26,6 +26,13 @@ struct stream;
 /* Before a fork (no lock held): the socket children ask on exists before
  * any child could ask. */
 void handover_fork_prepare(void);
+/* Holds the thread that serves children still, until handover_release
+ * (fork: transport/thread_pause.h). */
+void handover_hold(void);
+void handover_release(void);
+/* First in the fork child: the parent's thread, socket and children are
+ * not the child's. */
+void handover_fork_child_begin(void);
 /* In the parent after a fork (no lock held): child now holds copies of
  * every stream. */
 void handover_fork_parent(pid_t child);

@@ -20,6 +20,7 @@
 #include "transport/config.h"
 #include "transport/log.h"
 #include "transport/rpc.h"
+#include "transport/thread_pause.h"
 
 static struct rpc *pg_rpc;
 static int pg_efd = -1;
@@ -28,6 +29,7 @@ static uint64_t pg_last_run; /* atomic: when an application thread last ran the 
 static uint64_t pg_tick_ns;
 static int pg_notify_fd = -1;
 static int pg_long_sleep; /* atomic: the thread sleeps longer than a tick */
+static struct thread_pause pg_pause;
 
 static unsigned progress_run(void)
 {
@@ -117,6 +119,7 @@ static void *progress_main(void *arg)
 	c->epoll_ctl(ep, EPOLL_CTL_ADD, pg_efd, &eev);
 	bool watching = false;
 	for (;;) {
+		thread_pause_point(&pg_pause);
 		bool busy = true;
 		int armed = -1;
 		uint64_t now = clock_now_ns();
@@ -205,9 +208,12 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spi
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_t th;
+	thread_pause_init(&pg_pause);
+	thread_pause_running(&pg_pause, true);
 	int rc = pthread_create(&th, &attr, progress_main, rpc);
 	pthread_attr_destroy(&attr);
 	if (rc) {
+		thread_pause_running(&pg_pause, false);
 		libc()->close(pg_efd);
 		pg_efd = -1;
 		return -rc;
@@ -216,8 +222,19 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spi
 	return 0;
 }
 
+void progress_hold(void)
+{
+	thread_pause_hold(&pg_pause, pg_efd);
+}
+
+void progress_release(void)
+{
+	thread_pause_release(&pg_pause);
+}
+
 void progress_forget(void)
 {
+	thread_pause_init(&pg_pause);
 	wait_set_progress(NULL, 0);
 	pg_rpc = NULL;
 	pg_efd = -1;

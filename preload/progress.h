@@ -20,6 +20,10 @@ void progress_request_dump(void);
  * application does not come back to ferry soon (a write then a sleep in
  * some other call). Cheap unless the thread is in a long sleep. */
 void progress_note_deferred(void);
+/* Holds the thread still where it holds nothing, until progress_release
+ * (fork: transport/thread_pause.h); at once when there is none. */
+void progress_hold(void);
+void progress_release(void);
 /* Forgets the thread without touching it (fork child: it does not exist). */
 void progress_forget(void);
 

@@ -120,12 +120,6 @@ need_sanitizer_ok() { # "program args"... (a command that exits 0 at once)
 	done
 }
 
-# Skips in a sanitizer build, with the reason.
-skip_under_sanitizer() { # reason
-	grep -q "^san_preload='..*'$" "$builddir/ferry-run" 2>/dev/null && skip "$1"
-	return 0
-}
-
 # bg NAME CMD...: starts CMD in the background, logs to $work/NAME.log.
 bg() {
 	_name=$1

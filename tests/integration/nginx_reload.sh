@@ -14,7 +14,6 @@ need_ferry
 # taken for dead here (the failure timeout is issue #13's, not this test's).
 export FERRY_FAILURE_TIMEOUT_MS=10000
 need_sanitizer_ok "nginx -v"
-skip_under_sanitizer "AddressSanitizer's allocator is not fork-safe with threads allocating: nginx's workers can deadlock at start; run in the plain build"
 
 mkdir -p "$work/html" "$work/logs"
 head -c 1024 /dev/urandom >"$work/html/k1"

@@ -12,10 +12,6 @@ need_ferry
 # Many processes on two cores: a peer starved of CPU for a second must not be
 # taken for dead here (the failure timeout is issue #13's, not this test's).
 export FERRY_FAILURE_TIMEOUT_MS=10000
-# A fork child of a process whose other threads allocate can deadlock on
-# AddressSanitizer's allocator lock (taken at the fork, never let go in the
-# child: seen here 1 run in 3 over softib); these servers fork per request.
-skip_under_sanitizer "AddressSanitizer's allocator is not fork-safe with threads allocating: fork children can deadlock; run in the plain build"
 
 procserve=$builddir/tests/integration/procserve
 tcpcat=$builddir/tests/integration/tcpcat

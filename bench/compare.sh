@@ -10,7 +10,11 @@
 # throughput figures). Every ferry figure is checked against the FERRY_STATS
 # counters: a run that the kernel carried instead is marked "FALLBACK".
 #
-# Usage: bench/compare.sh [-B BUILDDIR] [-t "udp softib"] [-n REQUESTS] [--no-strace]
+# Then the process models (--no-apps skips them): nginx with 2 workers under
+# wrk -c 50 (1 KB GET), and postgres under pgbench -S -c 8 and -S -C (a new
+# connection and backend per transaction), every program preloaded in turn.
+#
+# Usage: bench/compare.sh [-B BUILDDIR] [-t "udp softib"] [-n REQUESTS] [--no-strace] [--no-apps]
 #   BUILDDIR   a configured and built tree (default: the current directory)
 #   -t         ferry transports to measure (default: udp, plus softib when
 #              ferry-run --check says it works; "none": kernel only)
@@ -24,6 +28,7 @@ transports=
 n=20000
 runs=3
 use_strace=yes
+use_apps=yes
 while [ $# -gt 0 ]; do
 	case $1 in
 	-B) builddir=$2; shift 2 ;;
@@ -31,7 +36,8 @@ while [ $# -gt 0 ]; do
 	-n) n=$2; shift 2 ;;
 	-r) runs=$2; shift 2 ;;
 	--no-strace) use_strace=no; shift ;;
-	-h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--no-apps) use_apps=no; shift ;;
+	-h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "compare.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -61,6 +67,7 @@ chmod 1777 "$work"
 server_pid=
 cleanup() {
 	[ -n "$server_pid" ] && kill -TERM $server_pid 2>/dev/null
+	[ -n "${pgdir:-}" ] && pg_stop
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -239,6 +246,106 @@ EOF
 	fi
 done
 
+# --- nginx and postgres: a process per worker or per connection
+nginx_run() { # MODE: wrk requests/s against nginx with 2 workers
+	mode=$1
+	mkdir -p "$work/ng/html" "$work/ng/logs"
+	head -c 1024 /dev/urandom >"$work/ng/html/k1"
+	port=$(free_port)
+	cat >"$work/ng/nginx.conf" <<EOC
+daemon off;
+master_process on;
+worker_processes 2;
+$([ "$(id -u)" = 0 ] && echo "user $(id -un);")
+error_log $work/ng/logs/error.log warn;
+pid $work/ng/logs/nginx.pid;
+events { worker_connections 4096; }
+http {
+	access_log off;
+	client_body_temp_path $work/ng/logs;
+	proxy_temp_path $work/ng/logs;
+	fastcgi_temp_path $work/ng/logs;
+	uwsgi_temp_path $work/ng/logs;
+	scgi_temp_path $work/ng/logs;
+	server { listen 127.0.0.1:$port; root $work/ng/html; }
+}
+EOC
+	tag=srv
+	with "$mode" nginx -c "$work/ng/nginx.conf" -p "$work/ng" >"$work/ng.log" 2>&1 &
+	ng=$!
+	wait_listen "$port" || { echo 0; return; }
+	tag=cli
+	rm -f "$work"/stats-cli-*.json
+	with "$mode" wrk -t 2 -c 50 -d 3 "http://127.0.0.1:$port/k1" >"$work/wrk.log" 2>&1
+	kill -QUIT "$(cat "$work/ng/logs/nginx.pid" 2>/dev/null)" 2>/dev/null
+	wait "$ng" 2>/dev/null
+	if grep -q 'Socket errors\|Non-2xx' "$work/wrk.log"; then echo 0; return; fi
+	awk '/Requests\/sec/ {printf "%d\n", $2}' "$work/wrk.log"
+}
+
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+# pgbench runs as postgres too: softib's fabric is one user's.
+pgbench_as() { # MODE ARGS...
+	m=$1
+	shift
+	pre=
+	[ "$m" != kernel ] && pre="'$ferry_run' --transport $m --stats '$work/stats-cli-%p.json'"
+	su postgres -s /bin/sh -c "exec $pre pgbench -h 127.0.0.1 -p $pgport -U postgres $* postgres"
+}
+pg_start() { # MODE
+	pgdir=$work/pg-$1
+	mkdir -p "$pgdir" && chmod 777 "$pgdir"
+	su postgres -s /bin/sh -c "'$pg_bin/initdb' -D '$pgdir/data' -A trust -U postgres" \
+		>/dev/null 2>&1 || return 1
+	pgport=$(free_port)
+	pre=
+	[ "$1" != kernel ] && pre="'$ferry_run' --transport $1 --stats '$work/stats-pg-%p.json'"
+	su postgres -s /bin/sh -c "exec $pre '$pg_bin/postgres' -D '$pgdir/data' -k '$pgdir' -p $pgport -c listen_addresses=127.0.0.1 -c fsync=off >'$pgdir/log' 2>&1" &
+	wait_listen "$pgport" || return 1
+	pgbench_as "$1" -i -s 4 -q >/dev/null 2>&1
+}
+pg_stop() {
+	su postgres -s /bin/sh -c "'$pg_bin/pg_ctl' -D '$pgdir/data' stop -m fast" >/dev/null 2>&1
+}
+pg_tps() { # MODE ARGS...
+	rm -f "$work"/stats-cli-*.json
+	pgbench_as "$@" 2>&1 | awk '/^tps/ {printf "%d\n", $3}' | head -1
+}
+
+if [ "$use_apps" = yes ]; then
+	for mode in $modes; do
+		if command -v nginx >/dev/null && command -v wrk >/dev/null; then
+			echo "measuring nginx over $mode ..." >&2
+			: >"$work/runs"
+			marks=
+			r=0
+			while [ $r -lt "$runs" ]; do
+				nginx_run "$mode" >>"$work/runs"
+				marks="$marks$(path_mark "$mode")"
+				r=$((r + 1))
+			done
+			echo "$mode app nginx_wrk_c50 $(medians "$work/runs") $(echo $marks | cut -d' ' -f1)" >>"$results"
+		fi
+		if [ -n "$pg_bin" ] && command -v pgbench >/dev/null && id postgres >/dev/null 2>&1 &&
+			pg_start "$mode"; then
+			echo "measuring postgres over $mode ..." >&2
+			for cfg in "S_c8:-S -c 8 -j 2 -T 5" "S_C:-S -C -c 4 -j 2 -T 5"; do
+				: >"$work/runs"
+				marks=
+				r=0
+				while [ $r -lt "$runs" ]; do
+					# shellcheck disable=SC2086
+					pg_tps "$mode" ${cfg#*:} >>"$work/runs"
+					marks="$marks$(path_mark "$mode")"
+					r=$((r + 1))
+				done
+				echo "$mode app pgbench_${cfg%%:*} $(medians "$work/runs") $(echo $marks | cut -d' ' -f1)" >>"$results"
+			done
+			pg_stop
+		fi
+	done
+fi
+
 # --- the table
 awk -v modes="$modes" '
 function ratio(a, b) { return (b > 0 && a > 0) ? sprintf("%.2fx", a / b) : "-" }
@@ -250,6 +357,9 @@ function per(c, r) { return (r > 0 && c != "") ? sprintf("%.1f", c / r) : "-" }
 		mark[$1, "SET " $3] = mark[$1, "GET " $3] = ($8 != "" ? " " $8 : "")
 	} else if ($2 == "memc") {
 		rps[$1, "memc"] = $4; mark[$1, "memc"] = ($5 != "" ? " " $5 : ""); memc_name = $3
+	} else if ($2 == "app") {
+		if (!(($3) in seen)) { seen[$3] = 1; apps[++napps] = $3 }
+		rps[$1, $3] = $4; mark[$1, $3] = ($5 != "" ? " " $5 : "")
 	} else if ($2 == "sys") {
 		key = ($3 == "memc") ? "memc" : $3
 		sys[$1, key] = per($4, $5)
@@ -283,6 +393,17 @@ END {
 		for (i = 1; i <= nm; i++) { s = sys[m[i], "memc"]; line = line " | " (s == "" ? "-" : s) }
 		print line " |"
 	}
+	for (a = 1; a <= napps; a++) {
+		k = apps[a]
+		lbl = k == "nginx_wrk_c50" ? "nginx, 2 workers, wrk -c 50 (req/s)" : \
+		      k == "pgbench_S_c8" ? "postgres, pgbench -S -c 8 (tps)" : \
+		      k == "pgbench_S_C" ? "postgres, pgbench -S -C (tps)" : k
+		line = "| " lbl " | " rps["kernel", k]
+		for (i = 2; i <= nm; i++)
+			line = line " | " rps[m[i], k] mark[m[i], k] " | " ratio(rps[m[i], k], rps["kernel", k])
+		for (i = 1; i <= nm; i++) line = line " | -"
+		print line " |"
+	}
 	print ""
 	line = "p50 latency at -c 1 (ms): kernel SET " p50["kernel", "SET c1"] " GET " p50["kernel", "GET c1"]
 	for (i = 2; i <= nm; i++)
@@ -304,6 +425,15 @@ END {
 		if (sys[t, "c50"] != "" && sys["kernel", "c50"] != "")
 			target(t, "server syscalls/req at -c 50 at most half the kernel'"'"'s",
 			       sys[t, "c50"] * 2 <= sys["kernel", "c50"])
+		if (rps["kernel", "nginx_wrk_c50"] > 0)
+			target(t, "nginx wrk -c 50 at least " (t == "udp" ? "1.3x" : "2x") " kernel",
+			       rps[t, "nginx_wrk_c50"] >= (t == "udp" ? 1.3 : 2) * rps["kernel", "nginx_wrk_c50"])
+		if (rps["kernel", "pgbench_S_c8"] > 0) {
+			target(t, "pgbench -S -c 8 at least 1.3x kernel",
+			       rps[t, "pgbench_S_c8"] >= 1.3 * rps["kernel", "pgbench_S_c8"])
+			target(t, "pgbench -S -C at least kernel",
+			       rps[t, "pgbench_S_C"] >= rps["kernel", "pgbench_S_C"])
+		}
 		if (t == "softib" || t == "ib") {
 			# The RDMA datapath'"'"'s own, stricter targets.
 			target(t, "p50 at -c 1 at most 1/5 of kernel (GET)",

@@ -25,6 +25,7 @@
 #include "preload/libc.h"
 #include "preload/lshare.h"
 #include "preload/peercache.h"
+#include "preload/passfd.h"
 #include "preload/phpool.h"
 #include "preload/progress.h"
 #include "preload/sock.h"
@@ -125,6 +126,7 @@ FERRY_EXPORT pid_t fork(void)
 	/* The child: the endpoint lock stays taken forever (nothing may use
 	 * the endpoint here), and this thread is the only one. */
 	handover_fork_child_begin();
+	passfd_fork_child();
 	lshare_fork_child_begin();
 	fdtable_each(&fdtab, fork_kill_file, NULL);
 	/* Placeholders of closing streams: the parent's own again, once they

@@ -24,6 +24,7 @@
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/libc.h"
+#include "preload/passfd.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "transport/clock.h"
@@ -99,8 +100,10 @@ static bool ho_held_since(uint32_t fork_no)
 	return false;
 }
 
-static void ho_poke(void)
+void handover_poke(void)
 {
+	if (!ho_started)
+		return;
 	uint64_t one = 1;
 	ssize_t r = libc()->write(ho_wake, &one, sizeof(one));
 	(void)r;
@@ -248,6 +251,7 @@ static void ho_serve(int cfd)
 				}
 				pthread_mutex_unlock(&ho_lock);
 			}
+			passfd_forget(s->sid, s->token);
 			stream_detach(s);
 			stats_inc(ferry_stats()->streams_handed_over);
 		} else {
@@ -270,7 +274,8 @@ static void ho_reap_orphans(void)
 		struct stream *done = NULL;
 		pthread_mutex_lock(&ho_lock);
 		for (struct ho_orphan **pp = &ho_orphans; *pp; pp = &(*pp)->next) {
-			if (!ho_held_since((*pp)->s->born_fork)) {
+			struct stream *s = (*pp)->s;
+			if (!ho_held_since(s->born_fork) && !passfd_keeps(s->sid, s->token)) {
 				struct ho_orphan *o = *pp;
 				*pp = o->next;
 				done = o->s;
@@ -309,17 +314,25 @@ static void *ho_main(void *arg)
 	ferry_internal_enter();
 	for (;;) {
 		thread_pause_point(&ho_pause);
-		/* Children's exits are seen through their pidfds. */
-		struct pollfd p[64];
+		/* Children's exits are seen through their pidfds; passed sockets'
+		 * descriptions are asked for on names of their own. */
+		struct pollfd p[128];
 		nfds_t n = 0;
 		p[n++] = (struct pollfd){.fd = ho_lfd, .events = POLLIN};
 		p[n++] = (struct pollfd){.fd = ho_wake, .events = POLLIN};
+		int pass_timeout;
+		nfds_t npass = (nfds_t)passfd_poll(p + n, 64, &pass_timeout);
+		n += npass;
+		nfds_t first_child = n;
 		pthread_mutex_lock(&ho_lock);
-		for (struct ho_child *c = ho_children; c && n < 64; c = c->next)
+		for (struct ho_child *c = ho_children; c && n < 128; c = c->next)
 			p[n++] = (struct pollfd){.fd = c->pidfd, .events = POLLIN};
 		bool orphans = ho_orphans != NULL;
 		pthread_mutex_unlock(&ho_lock);
-		int r = libc()->poll(p, n, orphans || n == 64 ? 100 : -1);
+		int timeout = orphans || n == 128 ? 100 : -1;
+		if (pass_timeout >= 0 && (timeout < 0 || pass_timeout < timeout))
+			timeout = pass_timeout;
+		int r = libc()->poll(p, n, timeout);
 		if (r < 0 && errno != EINTR)
 			break;
 		if (p[1].revents) {
@@ -337,6 +350,7 @@ static void *ho_main(void *arg)
 				libc()->close(cfd);
 			}
 		}
+		passfd_serve(p + 2, (int)(first_child - 2));
 		ho_reap_children();
 		ho_reap_orphans();
 	}
@@ -387,13 +401,19 @@ static int ho_start(void)
 	return 0;
 }
 
+int handover_serve(void)
+{
+	pthread_mutex_lock(&ho_lock);
+	int rc = ho_start();
+	pthread_mutex_unlock(&ho_lock);
+	return rc;
+}
+
 void handover_fork_prepare(void)
 {
 	if (stream_count() == 0)
 		return;
-	pthread_mutex_lock(&ho_lock);
-	int rc = ho_start();
-	pthread_mutex_unlock(&ho_lock);
+	int rc = handover_serve();
 	if (rc)
 		log_warn("handover: cannot serve children (%s): their copies of connections say "
 			 "reset",
@@ -460,7 +480,7 @@ void handover_fork_parent(pid_t child)
 	c->next = ho_children;
 	ho_children = c;
 	pthread_mutex_unlock(&ho_lock);
-	ho_poke();
+	handover_poke();
 }
 
 void handover_fork_child(struct ffile *f, pid_t parent)
@@ -485,7 +505,8 @@ void handover_fork_child(struct ffile *f, pid_t parent)
 bool handover_keep(struct stream *s)
 {
 	pthread_mutex_lock(&ho_lock);
-	bool keep = ho_started && ho_held_since(s->born_fork);
+	bool keep = ho_started &&
+		    (ho_held_since(s->born_fork) || passfd_keeps(s->sid, s->token));
 	struct ho_orphan *o = keep ? calloc(1, sizeof(*o)) : NULL;
 	if (o) {
 		o->s = s;
@@ -496,7 +517,7 @@ bool handover_keep(struct stream *s)
 	if (!o)
 		return false;
 	stream_orphan(s);
-	ho_poke();
+	handover_poke();
 	return true;
 }
 

@@ -23,6 +23,11 @@
 struct ffile;
 struct stream;
 
+/* Starts the thread that serves other processes (children, receivers of
+ * passed sockets: passfd.h) if it does not run yet. 0 or -errno. */
+int handover_serve(void);
+/* The thread looks at its lists again. */
+void handover_poke(void);
 /* Before a fork (no lock held): the socket children ask on exists before
  * any child could ask. */
 void handover_fork_prepare(void);

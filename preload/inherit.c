@@ -30,6 +30,7 @@
 
 #include "preload/export.h"
 #include "preload/fdtable.h"
+#include "preload/inherit.h"
 #include "preload/ferry.h"
 #include "preload/libc.h"
 #include "preload/sock.h"
@@ -93,15 +94,52 @@ static bool ib_seen(struct inherit_buf *b, struct ffile *f)
 	return false;
 }
 
+bool inherit_describe(struct ffile *f, bool own_streams, struct inherit_desc *d)
+{
+	struct fsock *sk = f->priv;
+	if (f->kind != FFILE_SOCK || !sk)
+		return false;
+	memset(d, 0, sizeof(*d));
+	d->nonblock = ffile_nonblock(f);
+	d->rdv = -1;
+	if (sk->state == FSOCK_REMOTE) {
+		d->kind = 'S';
+		d->pid = (int)sk->remote_pid;
+		d->sid = sk->remote_sid;
+		d->peer_sid = sk->remote_peer_sid;
+		d->token = sk->remote_token;
+		return true;
+	}
+	if (sk->state == FSOCK_LISTEN && sk->lis_rdv >= 0) {
+		d->kind = 'L';
+		d->rdv = sk->lis_rdv;
+		d->backlog = sk->lis_backlog;
+		return true;
+	}
+	if (!own_streams || sk->state != FSOCK_STREAM)
+		return false;
+	bool ok = false;
+	ferry_lock();
+	struct stream *s = sk->stream;
+	if (s && s->state == STREAM_OPEN && !s->reset) {
+		d->kind = 'S';
+		d->pid = (int)getpid();
+		d->sid = s->sid;
+		d->peer_sid = s->peer_sid;
+		d->token = s->token;
+		ok = true;
+	}
+	ferry_unlock();
+	return ok;
+}
+
 static void ib_file(struct ffile *f, void *arg)
 {
 	struct inherit_buf *b = arg;
-	struct fsock *sk = f->priv;
-	if (f->kind != FFILE_SOCK || !sk)
-		return;
+	struct inherit_desc d;
 	/* Called once per number: the file's numbers are all done at its first
 	 * (the table lock is held, so f->fds is read directly). */
-	if (f->nfds == 0 || ib_seen(b, f))
+	if (f->nfds == 0 || !inherit_describe(f, false, &d) || ib_seen(b, f))
 		return;
 	const int *fds = f->fds;
 	for (unsigned i = 0; i < f->nfds; i++) {
@@ -109,19 +147,16 @@ static void ib_file(struct ffile *f, void *arg)
 		if (fl < 0 || (fl & FD_CLOEXEC))
 			continue;
 		char e[128];
-		int nb = ffile_nonblock(f);
-		if (sk->state == FSOCK_REMOTE) {
+		if (d.kind == 'S') {
 			snprintf(e, sizeof(e), "S%d:%d:%d:%" PRIu32 ":%" PRIu32 ":%" PRIx64, fds[i],
-				 nb, (int)sk->remote_pid, sk->remote_sid, sk->remote_peer_sid,
-				 sk->remote_token);
-			ib_add(b, e);
-		} else if (sk->state == FSOCK_LISTEN && sk->lis_rdv >= 0) {
-			int rdv = ib_rendezvous(b, sk->lis_rdv);
+				 d.nonblock, d.pid, d.sid, d.peer_sid, d.token);
+		} else {
+			int rdv = ib_rendezvous(b, d.rdv);
 			if (rdv < 0)
 				continue;
-			snprintf(e, sizeof(e), "L%d:%d:%d:%d", fds[i], nb, rdv, sk->lis_backlog);
-			ib_add(b, e);
+			snprintf(e, sizeof(e), "L%d:%d:%d:%d", fds[i], d.nonblock, rdv, d.backlog);
 		}
+		ib_add(b, e);
 	}
 }
 
@@ -308,52 +343,78 @@ static void inherit_listener(int fd, int domain, bool nb, int rdv, int backlog)
 	__atomic_store_n(&sk->file->mask, 0, __ATOMIC_RELEASE);
 }
 
-/* Streams read so far from FERRY_INHERIT (the constructor only). */
-#define INHERIT_SEEN_MAX 64
-static struct fsock *inherit_seen[INHERIT_SEEN_MAX];
-static unsigned inherit_nseen;
+struct inherit_match {
+	const struct inherit_desc *d;
+	struct ffile *found; /* a reference */
+};
+
+static void inherit_match_file(struct ffile *f, void *arg)
+{
+	struct inherit_match *m = arg;
+	const struct fsock *sk = f->priv;
+	if (m->found || f->kind != FFILE_SOCK || !sk || sk->state != FSOCK_REMOTE ||
+	    sk->remote_pid != m->d->pid || sk->remote_sid != m->d->sid ||
+	    sk->remote_token != m->d->token)
+		return;
+	ffile_get(f);
+	m->found = f;
+}
+
+/* Numbers of one stream (inetd's 0 and 1, or a stream passed twice) share
+ * one file, as dup's do. */
+static bool inherit_stream(int fd, int domain, const struct inherit_desc *d)
+{
+	struct inherit_match m = {.d = d};
+	fdtable_each(&fdtab, inherit_match_file, &m);
+	if (m.found) {
+		int rc = fdtable_install(&fdtab, fd, m.found);
+		ffile_put(&fdtab, m.found);
+		if (rc == 0)
+			return true;
+	}
+	struct fsock *sk = sock_adopt_inherited(fd, domain, d->nonblock);
+	if (!sk)
+		return false;
+	sk->state = FSOCK_REMOTE;
+	sk->remote_pid = d->pid;
+	sk->remote_sid = d->sid;
+	sk->remote_peer_sid = d->peer_sid;
+	sk->remote_token = d->token;
+	__atomic_store_n(&sk->file->mask, 0, __ATOMIC_RELEASE);
+	return true;
+}
+
+bool inherit_take(int fd, const struct inherit_desc *d)
+{
+	int domain;
+	bool listening;
+	bool tcp = inherit_tcp(fd, &domain, &listening);
+	if (d->kind == 'S' && tcp && !listening)
+		return inherit_stream(fd, domain, d);
+	if (d->kind == 'L' && tcp && listening) {
+		inherit_listener(fd, domain, d->nonblock, d->rdv, d->backlog);
+		return true;
+	}
+	if (d->kind == 'L' && d->rdv >= 0)
+		libc()->close(d->rdv);
+	return false;
+}
 
 static void inherit_entry(const char *e)
 {
-	int fd, domain, nb = 0, rdv = -1, backlog = 0;
-	bool listening;
+	int fd;
+	struct inherit_desc d = {.kind = e[0], .rdv = -1};
 	if (e[0] == 'S') {
-		int pid;
-		uint32_t sid, peer_sid;
-		uint64_t token;
-		if (sscanf(e + 1, "%d:%d:%d:%" SCNu32 ":%" SCNu32 ":%" SCNx64, &fd, &nb, &pid, &sid,
-			   &peer_sid, &token) != 6 ||
-		    !inherit_tcp(fd, &domain, &listening) || listening)
+		if (sscanf(e + 1, "%d:%d:%d:%" SCNu32 ":%" SCNu32 ":%" SCNx64, &fd, &d.nonblock,
+			   &d.pid, &d.sid, &d.peer_sid, &d.token) != 6)
 			return;
-		/* Numbers of one stream (inetd's 0 and 1) share one file, as dup's. */
-		for (unsigned i = 0; i < inherit_nseen; i++) {
-			struct fsock *seen = inherit_seen[i];
-			if (seen->remote_pid == pid && seen->remote_sid == sid &&
-			    seen->remote_token == token) {
-				fdtable_install(&fdtab, fd, seen->file);
-				return;
-			}
-		}
-		struct fsock *sk = sock_adopt_inherited(fd, domain, nb);
-		if (!sk)
-			return;
-		if (inherit_nseen < INHERIT_SEEN_MAX)
-			inherit_seen[inherit_nseen++] = sk;
-		sk->state = FSOCK_REMOTE;
-		sk->remote_pid = pid;
-		sk->remote_sid = sid;
-		sk->remote_peer_sid = peer_sid;
-		sk->remote_token = token;
-		__atomic_store_n(&sk->file->mask, 0, __ATOMIC_RELEASE);
 	} else if (e[0] == 'L') {
-		if (sscanf(e + 1, "%d:%d:%d:%d", &fd, &nb, &rdv, &backlog) != 4)
+		if (sscanf(e + 1, "%d:%d:%d:%d", &fd, &d.nonblock, &d.rdv, &d.backlog) != 4)
 			return;
-		if (!inherit_tcp(fd, &domain, &listening) || !listening) {
-			libc()->close(rdv);
-			return;
-		}
-		inherit_listener(fd, domain, nb, rdv, backlog);
+	} else {
+		return;
 	}
+	inherit_take(fd, &d);
 }
 
 /* systemd's protocol: LISTEN_FDS sockets from 3 on, for LISTEN_PID. */

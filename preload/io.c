@@ -15,6 +15,7 @@
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/libc.h"
+#include "preload/passfd.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
@@ -318,8 +319,12 @@ FERRY_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct s
 FERRY_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	struct ffile *f = io_file(fd);
-	if (!f)
-		return libc()->recvmsg(fd, msg, flags);
+	if (!f) {
+		ssize_t r = libc()->recvmsg(fd, msg, flags);
+		if (r >= 0 && msg->msg_controllen)
+			passfd_received(msg);
+		return r;
+	}
 	if (msg->msg_iovlen > IOV_MAX) {
 		ffile_put(&fdtab, f);
 		errno = EMSGSIZE;
@@ -388,8 +393,13 @@ FERRY_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned n, int flags,
 			  struct timespec *timeout)
 {
 	struct ffile *f = io_file(fd);
-	if (!f)
-		return libc()->recvmmsg(fd, vec, n, flags, timeout);
+	if (!f) {
+		int r = libc()->recvmmsg(fd, vec, n, flags, timeout);
+		for (int i = 0; i < r; i++)
+			if (vec[i].msg_hdr.msg_controllen)
+				passfd_received(&vec[i].msg_hdr);
+		return r;
+	}
 	ffile_put(&fdtab, f);
 	unsigned i = 0;
 	for (; i < n; i++) {

@@ -129,37 +129,52 @@ static void lshare_collect(struct ffile *f, void *arg)
 	l->files[l->n++] = f;
 }
 
+/* f is held by another process from now on: shared, and dormant unless
+ * someone here waits on it (lshare_lock held). */
+static void lshare_mark_shared(struct ffile *f)
+{
+	struct fsock *sk = f->priv;
+	sk->lis_shared = true;
+	ferry_lock();
+	if (sk->lis)
+		sk->lis->shared = true;
+	ferry_unlock();
+	if (__atomic_load_n(&sk->lis_dormant, __ATOMIC_SEQ_CST))
+		return;
+	/* Dormant first, then look for interest: a thread that adds the file
+	 * to an epoll set or blocks in accept meanwhile either is seen here or
+	 * sees the flag and wakes it (lshare_interest). */
+	__atomic_store_n(&sk->lis_dormant, true, __ATOMIC_SEQ_CST);
+	pthread_mutex_lock(&f->wlock);
+	bool watched = f->epitems != NULL;
+	pthread_mutex_unlock(&f->wlock);
+	if (watched || __atomic_load_n(&sk->lis_waiters, __ATOMIC_SEQ_CST) > 0)
+		__atomic_store_n(&sk->lis_dormant, false, __ATOMIC_SEQ_CST);
+	else
+		lshare_set_dormant(sk, true);
+}
+
 void lshare_fork_parent(void)
 {
 	struct lshare_list l = {0};
 	pthread_mutex_lock(&lshare_lock);
 	fdtable_each(&fdtab, lshare_collect, &l);
-	for (size_t i = 0; i < l.n; i++) {
-		struct ffile *f = l.files[i];
-		struct fsock *sk = f->priv;
-		sk->lis_shared = true;
-		ferry_lock();
-		if (sk->lis)
-			sk->lis->shared = true;
-		ferry_unlock();
-		if (__atomic_load_n(&sk->lis_dormant, __ATOMIC_SEQ_CST))
-			continue;
-		/* Dormant first, then look for interest: a thread that adds the
-		 * file to an epoll set or blocks in accept meanwhile either is
-		 * seen here or sees the flag and wakes it (lshare_interest). */
-		__atomic_store_n(&sk->lis_dormant, true, __ATOMIC_SEQ_CST);
-		pthread_mutex_lock(&f->wlock);
-		bool watched = f->epitems != NULL;
-		pthread_mutex_unlock(&f->wlock);
-		if (watched || __atomic_load_n(&sk->lis_waiters, __ATOMIC_SEQ_CST) > 0)
-			__atomic_store_n(&sk->lis_dormant, false, __ATOMIC_SEQ_CST);
-		else
-			lshare_set_dormant(sk, true);
-	}
+	for (size_t i = 0; i < l.n; i++)
+		lshare_mark_shared(l.files[i]);
 	pthread_mutex_unlock(&lshare_lock);
 	for (size_t i = 0; i < l.n; i++)
 		ffile_put(&fdtab, l.files[i]);
 	free(l.files);
+}
+
+void lshare_passed(struct ffile *f)
+{
+	struct fsock *sk = f->priv;
+	if (f->kind != FFILE_SOCK || !sk || sk->state != FSOCK_LISTEN || !sk->lis)
+		return;
+	pthread_mutex_lock(&lshare_lock);
+	lshare_mark_shared(f);
+	pthread_mutex_unlock(&lshare_lock);
 }
 
 /* Rendezvous numbers the child pass gave a file already: two listeners

@@ -26,6 +26,9 @@ void lshare_interest(struct ffile *f);
 /* After fork, in the parent, no lock held: its listeners are shared, and
  * those nobody waits on go dormant. */
 void lshare_fork_parent(void);
+/* f, a listener, was passed to another process (SCM_RIGHTS): as after a
+ * fork, it is shared, and dormant until it is accepted on here. */
+void lshare_passed(struct ffile *f);
 /* In the fork child, before its pass over the table. */
 void lshare_fork_child_begin(void);
 /* In the fork child's pass over the table (single-threaded): a listening

@@ -24,6 +24,7 @@
 #include "preload/libc.h"
 #include "preload/lshare.h"
 #include "preload/peercache.h"
+#include "preload/passfd.h"
 #include "preload/phpool.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
@@ -369,14 +370,14 @@ void sock_passed(const struct msghdr *msg)
 			struct ffile *f = sock_get(fd);
 			if (f) {
 				const struct fsock *sk = f->priv;
-				if (f->kind == FFILE_SOCK && sk && sk->stream)
+				if (!passfd_sent(f, fd) && f->kind == FFILE_SOCK && sk && sk->stream)
 					ferry_log_once(FERRY_LOG_WARN,
 						       "fd %d, a connection ferry carries, was passed to "
-						       "another process (SCM_RIGHTS): the connection "
-						       "cannot follow, and the other process gets an "
-						       "unconnected socket; leave its port to the kernel "
-						       "with FERRY_PORTS",
+						       "another process (SCM_RIGHTS) and cannot follow: "
+						       "the other process gets an unconnected socket; "
+						       "leave its port to the kernel with FERRY_PORTS",
 						       fd);
+				/* The kernel socket is the receiver's too: never pooled. */
 				sock_kernel_own(f, fd);
 				ffile_put(&fdtab, f);
 			}

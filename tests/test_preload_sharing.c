@@ -1,14 +1,17 @@
 /* The interposer in a real process: no kernel socket behind a ferry socket
  * is ever shared with a later one once another process may hold it (a
- * descriptor passed with SCM_RIGHTS, a child of posix_spawn or popen), and
- * duplicated numbers keep their own FD_CLOEXEC through connect. Each test
- * is its own process (criterion). */
+ * descriptor passed with SCM_RIGHTS, a child of posix_spawn or popen),
+ * duplicated numbers keep their own FD_CLOEXEC through connect, and a
+ * passed connection is described for its receiver (passfd.h; the receiver
+ * in another process: tests/integration/process.sh). Each test is its own
+ * process (criterion). */
 #include "autoconfig.h"
 
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 #include <criterion/options.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,38 +80,94 @@ Test(sharing, a_socket_passed_with_scm_rights_is_never_reused, .timeout = 30)
 	close(sv[1]);
 }
 
-/* A connection ferry carries cannot follow its descriptor into another
- * process: the one who passes it is told, in the log. */
-Test(sharing, passing_a_ferry_connection_says_it_cannot_follow, .timeout = 30)
+static int recv_fd(int via)
+{
+	char byte, ctl[CMSG_SPACE(sizeof(int))];
+	struct iovec io = {.iov_base = &byte, .iov_len = 1};
+	struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl,
+			   .msg_controllen = sizeof(ctl)};
+	cr_assert_eq(recvmsg(via, &m, 0), 1, "recvmsg: %s", strerror(errno));
+	struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+	cr_assert(h && h->cmsg_type == SCM_RIGHTS);
+	int fd;
+	memcpy(&fd, CMSG_DATA(h), sizeof(fd));
+	return fd;
+}
+
+/* Whether a ferry process describes the socket with this inode (passfd.h). */
+static bool described(ino_t ino)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "ferry-pass.%u.%llu",
+			 (unsigned)getuid(), (unsigned long long)ino);
+	int s = socket(AF_UNIX, SOCK_STREAM, 0);
+	cr_assert_geq(s, 0);
+	bool yes = connect(s, (struct sockaddr *)&a,
+			   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) == 0;
+	close(s);
+	return yes;
+}
+
+static void connected_pair(int *lis, int *c, int *srv)
+{
+	struct sockaddr_in a;
+	*lis = loopback_listener(&a);
+	*c = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(*c, (struct sockaddr *)&a, sizeof(a)), 0, "%s", strerror(errno));
+	*srv = accept(*lis, NULL, NULL);
+	cr_assert_geq(*srv, 0);
+}
+
+/* A passed connection is described for the receiver; an unconnected socket,
+ * which cannot follow as a ferry socket, is not. */
+Test(sharing, a_passed_connection_is_described_and_an_unconnected_socket_is_not, .timeout = 30)
 {
 	env_udp();
-	char log[] = "/tmp/ferry-sharing-log.XXXXXX";
-	int lf = mkstemp(log);
-	cr_assert_geq(lf, 0);
-	close(lf);
-	setenv("FERRY_LOG_FILE", log, 1);
-	setenv("FERRY_LOG", "warn", 1);
-	struct sockaddr_in a;
-	int lis = loopback_listener(&a);
-	int c = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert_eq(connect(c, (struct sockaddr *)&a, sizeof(a)), 0, "%s", strerror(errno));
-	int srv = accept(lis, NULL, NULL);
-	cr_assert_geq(srv, 0);
-	int sv[2];
+	int lis, c, srv, sv[2];
+	connected_pair(&lis, &c, &srv);
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	int blank = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_not(described(sock_ino(c)), "described before it was passed");
 	pass_fd(sv[0], c);
-	FILE *f = fopen(log, "r");
-	cr_assert_not_null(f);
-	char line[512];
-	bool told = false;
-	while (!told && fgets(line, sizeof(line), f))
-		told = strstr(line, "SCM_RIGHTS") != NULL;
-	fclose(f);
-	unlink(log);
-	cr_assert(told, "no word of the passed connection in the log");
+	pass_fd(sv[0], blank);
+	cr_assert(described(sock_ino(c)), "the passed connection is not described");
+	cr_assert_not(described(sock_ino(blank)), "an unconnected socket is described");
+	cr_assert_eq(ferry_stats()->sockets_passed, 1);
+	close(blank);
 	close(sv[0]);
 	close(sv[1]);
 	close(srv);
+	close(c);
+	close(lis);
+}
+
+/* Passed to this very process, a connection arrives as a second number of
+ * it, as a dup: bytes go either way through both numbers. */
+Test(sharing, a_connection_passed_to_this_process_is_another_number_of_it, .timeout = 30)
+{
+	env_udp();
+	int lis, c, srv, sv[2];
+	connected_pair(&lis, &c, &srv);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	pass_fd(sv[0], srv);
+	int got = recv_fd(sv[1]);
+	struct ffile *a = fdtable_get(&fdtab, srv), *b = fdtable_get(&fdtab, got);
+	cr_assert_not_null(b, "the received number is not ferry's");
+	cr_assert_eq(a, b, "the received number is another file");
+	ffile_put(&fdtab, a);
+	ffile_put(&fdtab, b);
+	cr_assert_eq(write(c, "ping", 4), 4);
+	char buf[8] = {0};
+	cr_assert_eq(read(got, buf, sizeof(buf)), 4);
+	cr_assert_str_eq(buf, "ping");
+	close(srv); /* the other number holds the connection */
+	cr_assert_eq(write(got, "pong", 4), 4);
+	memset(buf, 0, sizeof(buf));
+	cr_assert_eq(read(c, buf, sizeof(buf)), 4);
+	cr_assert_str_eq(buf, "pong");
+	close(got);
+	close(sv[0]);
+	close(sv[1]);
 	close(c);
 	close(lis);
 }

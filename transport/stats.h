@@ -20,8 +20,10 @@
 	X(fallback_port_filtered) /* port outside FERRY_PORTS */                   \
 	X(fallback_unavailable)   /* ferry could not start here (see log) */       \
 	X(fallback_unsupported)   /* socket use ferry does not carry */            \
-	X(streams_handed_over)    /* streams a fork child took over from us */    \
-	X(streams_taken_over)     /* streams this process took over from its parent */ \
+	X(streams_handed_over)    /* streams another process took over from us */ \
+	X(streams_taken_over)     /* streams this process took over from another */ \
+	X(sockets_passed)         /* ferry sockets sent over a unix socket, described */ \
+	X(sockets_received)       /* ferry sockets received over a unix socket, taken up */ \
 	X(kernel_accepts)         /* plain clients accepted on a ferry listener */ \
 	X(listeners)              /* listeners answering rendezvous */            \
 	X(listeners_plain)        /* listeners left to the kernel (see log) */    \

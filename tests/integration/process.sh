@@ -97,4 +97,43 @@ echo_check pre "$port"
 stop prefork "$port"
 counter_eq "prefork: fallbacks" $(($(stat_sum fallbacks srvpre) + $(stat_sum kernel_accepts srvpre))) 0
 counter_ge "prefork: workers' streams_accepted" "$(stat_sum streams_accepted srvpre)" "$nsizes"
+# A connection passed to a worker over a unix socket (SCM_RIGHTS), the
+# acceptor closing its copy: the worker takes it over and echoes.
+port=$(free_port)
+bgf srvpass "$procserve" passconn "$port"
+wait_listen "$port"
+echo_check passconn "$port"
+stop passconn "$port"
+counter_eq "passed connection: fallbacks" "$(stat_sum fallbacks srvpass)" 0
+counter_ge "passed connection: sockets_passed" "$(stat_sum sockets_passed srvpass)" "$nsizes"
+counter_ge "passed connection: sockets_received" "$(stat_sum sockets_received srvpass)" "$nsizes"
+counter_ge "passed connection: streams taken over" "$(stat_sum streams_taken_over srvpass)" "$nsizes"
+
+# A listener passed over a unix socket; the process that listened exits.
+port=$(free_port)
+bgf srvpassl "$procserve" passlisten "$port"
+master=$last_pid
+wait_listen "$port"
+wait_exit "$master" 10 || fail "the process that passed its listener failed"
+echo_check passlisten "$port"
+stop passlisten "$port"
+counter_eq "passed listener: fallbacks" \
+	$(($(stat_sum fallbacks srvpassl) + $(stat_sum kernel_accepts srvpassl))) 0
+counter_eq "passed listener: sockets_received" "$(stat_sum sockets_received srvpassl)" 1
+counter_ge "passed listener: streams_accepted" "$(stat_sum streams_accepted srvpassl)" "$nsizes"
+
+# A connection passed to a program without ferry: that program's read
+# fails at once (not connected), and the client gets an error, not a hang.
+port=$(free_port)
+bgf srvpassk "$procserve" passconn "$port" env -u LD_PRELOAD "$procserve" recv3 0
+wait_listen "$port"
+printf 'x' >"$work/in"
+if timeout 60 "$ferry_run" --transport "$transport" "$tcpcat" 127.0.0.1 "$port" \
+	<"$work/in" >"$work/out" 2>"$work/cli.err"; then
+	[ -s "$work/out" ] && fail "a program without ferry echoed a passed connection"
+fi
+stop passconn "$port"
+grep -q "read: Transport endpoint is not connected" "$work/srvpassk.log" ||
+	fail "the program without ferry did not read ENOTCONN: $(tail -3 "$work/srvpassk.log")"
+log "passed to a program without ferry: it reads ENOTCONN, the client ends ($(cat "$work/cli.err"))"
 echo "PASS: process models over ferry ($transport)"

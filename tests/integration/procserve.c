@@ -11,7 +11,16 @@
  *             master: its workers serve on (a master that exits);
  *   activate  listen, make the listener fd 3 with LISTEN_FDS=1 and exec CMD
  *             in this process (systemd socket activation);
- *   serve3    accept on fd 3 and echo, one connection at a time (CMD above).
+ *   serve3    accept on fd 3 and echo, one connection at a time (CMD above);
+ *   passconn  fork a worker first, then listen and accept; each connection
+ *             goes to the worker over a unix socket (SCM_RIGHTS) and the
+ *             acceptor closes its copy; the worker echoes (with CMD, the
+ *             worker execs CMD with the unix socket as fd 3 instead);
+ *   passlisten fork a worker first, then listen and pass the listener to it
+ *             (SCM_RIGHTS); the worker accepts and echoes, and the process
+ *             that listened exits (haproxy's reload);
+ *   recv3     take descriptors from the unix socket on fd 3 and echo each
+ *             (passconn's CMD; PORT is not used).
  * Echoing stops at the peer's EOF; the server then closes. Runs until
  * killed. Writes "ready" to stdout once listening.
  */
@@ -24,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +72,56 @@ static int echo(int c)
 		return 3;
 	}
 	return 0;
+}
+
+static int send_fd(int via, int fd)
+{
+	char byte = 'f';
+	struct iovec v = {&byte, 1};
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+			   .msg_controllen = sizeof(ctl.buf)};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	return sendmsg(via, &m, 0) == 1 ? 0 : -1;
+}
+
+static int recv_fd(int via)
+{
+	char byte;
+	struct iovec v = {&byte, 1};
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+			   .msg_controllen = sizeof(ctl.buf)};
+	ssize_t n;
+	while ((n = recvmsg(via, &m, 0)) < 0 && errno == EINTR)
+		;
+	struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&m) : NULL;
+	if (!cm || cm->cmsg_type != SCM_RIGHTS)
+		return -1;
+	int fd;
+	memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	return fd;
+}
+
+/* Echoes every connection that comes over via. */
+static int echo_received(int via)
+{
+	int c;
+	while ((c = recv_fd(via)) >= 0) {
+		echo(c);
+		close(c);
+	}
+	return 1;
 }
 
 /* Killed by the test: exit normally, so ferry writes its counters. */
@@ -105,7 +165,60 @@ int main(int argc, char **argv)
 			close(c);
 		}
 	}
+	if (!strcmp(mode, "recv3")) {
+		ready();
+		return echo_received(3);
+	}
 	signal(SIGCHLD, SIG_IGN); /* no zombies: children are not waited for */
+	if (!strcmp(mode, "passconn") || !strcmp(mode, "passlisten")) {
+		/* The worker exists before any ferry socket: what it serves can
+		 * only have come over the unix socket. */
+		int pair[2];
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0)
+			return 1;
+		pid_t worker = fork();
+		if (worker < 0)
+			return 1;
+		if (worker == 0) {
+			close(pair[0]);
+			if (!strcmp(mode, "passlisten")) {
+				int l = recv_fd(pair[1]);
+				if (l < 0 || write(pair[1], "k", 1) != 1)
+					_exit(1);
+				for (;;) {
+					int c = accept_retry(l);
+					if (c < 0)
+						_exit(1);
+					echo(c);
+					close(c);
+				}
+			}
+			if (argc > 3) {
+				if (dup2(pair[1], 3) != 3)
+					_exit(126);
+				execvp(argv[3], argv + 3);
+				_exit(127);
+			}
+			exit(echo_received(pair[1])); /* exit: ferry writes its counters */
+		}
+		close(pair[1]);
+		int l = listen_on(atoi(argv[2]));
+		if (!strcmp(mode, "passlisten")) {
+			char k;
+			if (send_fd(pair[0], l) != 0 || read(pair[0], &k, 1) != 1)
+				return 1;
+			close(l);
+			ready();
+			exit(0);
+		}
+		ready();
+		for (;;) {
+			int c = accept_retry(l);
+			if (c < 0 || send_fd(pair[0], c) != 0)
+				return 1;
+			close(c);
+		}
+	}
 	int l = listen_on(atoi(argv[2]));
 	if (!strcmp(mode, "activate")) {
 		if (argc < 4 || dup2(l, 3) != 3)

@@ -1,0 +1,41 @@
+/*
+ * What another process needs to take up a ferry socket whose number it
+ * gets without this process's memory: across exec (FERRY_INHERIT, read at
+ * load) and over a unix socket (SCM_RIGHTS, passfd.h). Either
+ *  - a stream a process runs: the holder takes it over at first use
+ *    (handover.h), or
+ *  - a listener with its rendezvous socket: the holder answers on it once
+ *    it accepts (lshare.h).
+ * A socket that is neither (unconnected, failed, closing) cannot follow:
+ * the other process sees the kernel socket behind it.
+ */
+#ifndef FERRY_PRELOAD_INHERIT_H
+#define FERRY_PRELOAD_INHERIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct ffile;
+
+struct inherit_desc {
+	char kind; /* 'S' a stream, 'L' a listener */
+	int nonblock;
+	/* 'S': the process that runs the stream, and the stream there */
+	int pid;
+	uint32_t sid, peer_sid;
+	uint64_t token;
+	/* 'L': the rendezvous socket's number in the describing process */
+	int rdv;
+	int backlog;
+};
+
+/* Describes f (its reference or the table's lock held). A stream this
+ * process runs itself only with own_streams: exec discards its state. */
+bool inherit_describe(struct ffile *f, bool own_streams, struct inherit_desc *d);
+/* Takes up d for the number fd; d->rdv, if any, is this process's to keep
+ * or close. False when fd is not a TCP socket of the kind d says. */
+bool inherit_take(int fd, const struct inherit_desc *d);
+
+#endif

@@ -48,6 +48,15 @@ static void send_ctl(struct mgmt *m, enum mgmt_msg_type type, uint64_t token,
 	send_msg(m, ctl_fd(m, to), &msg, (const struct sockaddr *)&to->ss, to->len);
 }
 
+/* Ends the session with token at process peer_uuid, reached at to. */
+static void send_disconnect(struct mgmt *m, uint64_t token, uint64_t peer_uuid,
+			    const struct mgmt_addr *to)
+{
+	struct mgmt_msg msg = {.type = MGMT_DISCONNECT, .token = token, .uuid = m->uuid,
+			       .to = peer_uuid};
+	send_msg(m, ctl_fd(m, to), &msg, (const struct sockaddr *)&to->ss, to->len);
+}
+
 /* Payload per packet the path to a allows: the udp datapath's packets go
  * where the management channel's do, so its route MTU is theirs. */
 static uint32_t path_data_max(struct mgmt *m, const struct nic_route *local,
@@ -158,7 +167,7 @@ static void sess_close(struct mgmt *m, struct msess *s, int err, bool notify, ui
 	rpc_unlock(s->rpc);
 	struct mpeer *p = s->peer;
 	if (notify)
-		send_ctl(m, MGMT_DISCONNECT, s->token, &p->addr);
+		send_disconnect(m, s->token, p->uuid, &p->addr);
 	s->up = false;
 	s->peer = NULL;
 	s->closed_ns = now;
@@ -309,7 +318,7 @@ static void on_connect_resp(struct mgmt *m, const struct mgmt_msg *msg, const st
 		 * up: in the latter case the server holds a session nobody
 		 * uses, so tell it. */
 		if (msg->status == 0 && !sess_find_token(m, msg->uuid, msg->token))
-			send_ctl(m, MGMT_DISCONNECT, msg->token, from);
+			send_disconnect(m, msg->token, msg->uuid, from);
 		return;
 	}
 	if (msg->status != 0) {
@@ -318,7 +327,7 @@ static void on_connect_resp(struct mgmt *m, const struct mgmt_msg *msg, const st
 	}
 	struct mpeer *peer = peer_get(m, msg->uuid, from, now);
 	if (!peer) {
-		send_ctl(m, MGMT_DISCONNECT, msg->token, from);
+		send_disconnect(m, msg->token, msg->uuid, from);
 		pending_finish(m, p, -ENOMEM);
 		return;
 	}
@@ -337,7 +346,7 @@ static void on_connect_resp(struct mgmt *m, const struct mgmt_msg *msg, const st
 	if (!s) {
 		if (peer->nsessions == 0)
 			peer_free(m, peer);
-		send_ctl(m, MGMT_DISCONNECT, msg->token, from);
+		send_disconnect(m, msg->token, msg->uuid, from);
 		pending_finish(m, p, rc < 0 ? rc : -ENOMEM);
 		return;
 	}
@@ -472,6 +481,9 @@ void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t 
 		on_connect_resp(m, &msg, &from, now);
 		break;
 	case MGMT_DISCONNECT: {
+		/* Meant for another process sharing this rendezvous socket. */
+		if (msg.to != m->uuid)
+			break;
 		struct msess *s = sess_find_token(m, msg.uuid, msg.token);
 		if (!s)
 			break;
@@ -663,7 +675,7 @@ void mgmt_sess_shutdown(struct mgmt *m)
 		struct msess *s = m->sessions;
 		m->sessions = s->next;
 		if (s->up) {
-			send_ctl(m, MGMT_DISCONNECT, s->token, &s->peer->addr);
+			send_disconnect(m, s->token, s->peer->uuid, &s->peer->addr);
 			stats_inc(m->stats->sessions_closed);
 		}
 		free(s);

@@ -10,7 +10,8 @@
  * Header:       magic u32, version u8, type u8, body length u16, token u64, uuid u64
  * CONNECT_REQ:  session u16, zero u16, data_per_pkt u32, route (48)
  * CONNECT_RESP: status u32, session u16, zero u16, data_per_pkt u32, route (48)
- * others:       no body
+ * DISCONNECT:   to u64 (the uuid of the process meant)
+ * PING, PONG:   no body
  */
 #define ROUTE_WIRE_SIZE (2u + NIC_ROUTE_BYTES)
 #define REQ_BODY (8u + ROUTE_WIRE_SIZE)
@@ -55,7 +56,7 @@ static size_t body_size(enum mgmt_msg_type type)
 	switch (type) {
 	case MGMT_CONNECT_REQ: return REQ_BODY;
 	case MGMT_CONNECT_RESP: return RESP_BODY;
-	case MGMT_DISCONNECT:
+	case MGMT_DISCONNECT: return 8;
 	case MGMT_PING:
 	case MGMT_PONG: return 0;
 	}
@@ -108,6 +109,9 @@ size_t mgmt_wire_encode(const struct mgmt_msg *msg, uint8_t *buf)
 		put32(b + 8, msg->data_per_pkt);
 		put_route(b + 12, &msg->route);
 		break;
+	case MGMT_DISCONNECT:
+		put64(b, msg->to);
+		break;
 	default:
 		break;
 	}
@@ -141,6 +145,9 @@ int mgmt_wire_decode(const uint8_t *buf, size_t len, struct mgmt_msg *out)
 		out->session = get16(b + 4);
 		out->data_per_pkt = get32(b + 8);
 		return get_route(b + 12, &out->route);
+	case MGMT_DISCONNECT:
+		out->to = get64(b);
+		return 0;
 	default:
 		return 0;
 	}

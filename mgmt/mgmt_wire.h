@@ -14,7 +14,7 @@
 /* "FMG1" little-endian; its first byte is not PKTHDR_MAGIC, so a datagram
  * sent to the wrong port by either side is refused by the other's checks. */
 #define MGMT_WIRE_MAGIC 0x31474d46u
-#define MGMT_WIRE_VERSION 1
+#define MGMT_WIRE_VERSION 2
 #define MGMT_WIRE_HDR_SIZE 24u
 #define MGMT_WIRE_MAX_SIZE 128u
 
@@ -42,6 +42,11 @@ struct mgmt_msg {
 	uint16_t session;
 	uint32_t data_per_pkt;
 	struct nic_route route;
+	/* DISCONNECT: the process meant (its uuid). Processes sharing a
+	 * rendezvous socket (prefork workers) each answer a retried handshake
+	 * with the same token; the goodbye to the unused answer must not end
+	 * the used one in whichever process reads it. */
+	uint64_t to;
 };
 
 /* Writes msg into buf (at least MGMT_WIRE_MAX_SIZE bytes); returns the length. */

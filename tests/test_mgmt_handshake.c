@@ -141,6 +141,46 @@ Test(mgmt_handshake, duplicate_connect_req_gets_the_same_session)
 	cr_assert_eq(STAT(server, sessions), 1);
 }
 
+/* Prefork workers share a rendezvous socket and each may answer a retried
+ * handshake (same token); the client's goodbye to the answer it did not
+ * use reaches whichever worker reads the socket, and must end nothing but
+ * the session of the process it names. */
+Test(mgmt_handshake, a_goodbye_meant_for_another_process_leaves_the_session_up)
+{
+	uint16_t raw_port;
+	int fd = raw_socket(&raw_port);
+	struct mgmt_msg req = {.type = MGMT_CONNECT_REQ, .token = 0x5566778899aabbccull,
+			       .uuid = 0x1234567890abcdefull, .session = 3,
+			       .data_per_pkt = RPC_MIN_PKT_DATA};
+	struct rpc *crpc = nexus_rpc(client);
+	rpc_lock(crpc);
+	rpc_local_route(crpc, &req.route);
+	rpc_unlock(crpc);
+	uint8_t buf[MGMT_WIRE_MAX_SIZE];
+	size_t len = mgmt_wire_encode(&req, buf);
+	struct mgmt_msg r;
+	send_to_port(fd, buf, len, port);
+	recv_type(fd, MGMT_CONNECT_RESP, &r);
+	cr_assert_eq(r.status, 0);
+	cr_assert_eq(STAT(server, sessions), 1);
+
+	uint64_t me = mgmt_uuid(nexus_mgmt(server));
+	struct mgmt_msg bye = {.type = MGMT_DISCONNECT, .token = req.token, .uuid = req.uuid,
+			       .to = me + 1};
+	len = mgmt_wire_encode(&bye, buf);
+	send_to_port(fd, buf, len, port);
+	/* Then a message the server answers, so the goodbye was read by then. */
+	send_to_port(fd, buf, mgmt_wire_encode(&req, buf), port);
+	recv_type(fd, MGMT_CONNECT_RESP, &r);
+	cr_assert_eq(STAT(server, sessions_closed), 0, "a goodbye to another process ended ours");
+
+	bye.to = me;
+	send_to_port(fd, buf, mgmt_wire_encode(&bye, buf), port);
+	close(fd);
+	while (STAT(server, sessions_closed) != 1) /* the suite timeout guards */
+		usleep(1000);
+}
+
 Test(mgmt_handshake, closed_port_is_refused_not_timed_out)
 {
 	uint16_t dead;

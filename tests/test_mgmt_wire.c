@@ -39,6 +39,13 @@ Test(mgmt_wire, round_trip_keeps_every_field)
 	cr_assert_eq(out.session, 0xBEEF);
 	cr_assert_eq(out.route.len, 11);
 
+	struct mgmt_msg bye = {.type = MGMT_DISCONNECT, .token = 9, .uuid = 42, .to = 0x0102030405060708ull};
+	len = mgmt_wire_encode(&bye, buf);
+	cr_assert_eq(len, MGMT_WIRE_HDR_SIZE + 8);
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), 0);
+	cr_assert_eq(out.type, MGMT_DISCONNECT);
+	cr_assert_eq(out.to, bye.to, "a goodbye names the process it is for");
+
 	struct mgmt_msg ping = {.type = MGMT_PING, .uuid = 42};
 	len = mgmt_wire_encode(&ping, buf);
 	cr_assert_eq(len, MGMT_WIRE_HDR_SIZE);

@@ -108,6 +108,24 @@ void mgmt_disconnect(struct mgmt *m, struct rpc *rpc, int session);
  * management thread outlives the endpoint. */
 void mgmt_forget_rpc(struct mgmt *m, struct rpc *rpc);
 
+/*
+ * Connections a process queued on a shared listener it lets go of (nginx's
+ * old worker at a reload) are offered to the other holders: the offer goes
+ * to the listener's rendezvous socket, and whichever process reads there
+ * (one that accepts) gets it through the handler, on the management
+ * thread (it must not block). addr is the listener's (its rendezvous
+ * socket's) address. mgmt_offer: 0 or -errno.
+ */
+struct mgmt_offer {
+	uint32_t pid, sid, peer_sid;
+	uint64_t token;
+};
+int mgmt_offer(struct mgmt *m, const struct sockaddr *addr, socklen_t len,
+	       const struct mgmt_offer *o);
+typedef void (*mgmt_offer_fn)(void *ctx, const struct sockaddr *addr, socklen_t len,
+			      const struct mgmt_offer *o);
+void mgmt_set_offer_handler(struct mgmt *m, mgmt_offer_fn fn, void *ctx);
+
 /* Holds the management thread still at a point where it holds nothing,
  * until mgmt_release (fork, thread_pause.h). Not from the thread itself. */
 void mgmt_hold(struct mgmt *m);

@@ -105,6 +105,8 @@ struct mgmt {
 	struct cmd *queue, **queue_tail;
 	bool stop;
 	struct thread_pause pause; /* fork holds the thread still (mgmt_hold) */
+	mgmt_offer_fn offer_fn;    /* set before any offer can arrive */
+	void *offer_ctx;
 
 	struct listener *listeners;
 	size_t nlisteners;

@@ -5,7 +5,9 @@
  */
 #include "autoconfig.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +48,37 @@ static void send_ctl(struct mgmt *m, enum mgmt_msg_type type, uint64_t token,
 {
 	struct mgmt_msg msg = {.type = type, .token = token, .uuid = m->uuid};
 	send_msg(m, ctl_fd(m, to), &msg, (const struct sockaddr *)&to->ss, to->len);
+}
+
+int mgmt_offer(struct mgmt *m, const struct sockaddr *addr, socklen_t len,
+	       const struct mgmt_offer *o)
+{
+	struct mgmt_addr to;
+	int rc = mgmt_addr_set(&to, addr, len);
+	if (rc)
+		return rc;
+	/* A wildcard listener's rendezvous socket is reached on loopback. */
+	if (to.ss.ss_family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)&to.ss;
+		if (in->sin_addr.s_addr == htonl(INADDR_ANY))
+			in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	} else {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&to.ss;
+		if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
+			in6->sin6_addr = in6addr_loopback;
+	}
+	struct mgmt_msg msg = {.type = MGMT_OFFER, .token = o->token, .uuid = m->uuid,
+			       .pid = o->pid, .sid = o->sid, .peer_sid = o->peer_sid};
+	uint8_t buf[MGMT_WIRE_MAX_SIZE];
+	size_t n = mgmt_wire_encode(&msg, buf);
+	int fd = ctl_fd(m, &to);
+	return fd < 0 ? -EAFNOSUPPORT : mgmt_net_send(fd, buf, n, (struct sockaddr *)&to.ss, to.len);
+}
+
+void mgmt_set_offer_handler(struct mgmt *m, mgmt_offer_fn fn, void *ctx)
+{
+	m->offer_ctx = ctx;
+	__atomic_store_n(&m->offer_fn, fn, __ATOMIC_RELEASE);
 }
 
 /* Ends the session with token at process peer_uuid, reached at to. */
@@ -510,6 +543,17 @@ void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t 
 	}
 	case MGMT_PONG:
 		break;
+	case MGMT_OFFER: {
+		/* Only a process that answers on the listener takes it up. */
+		if (!l || !m->offer_fn) {
+			stats_inc(m->stats->mgmt_drops);
+			break;
+		}
+		struct mgmt_offer o = {.pid = msg.pid, .sid = msg.sid, .peer_sid = msg.peer_sid,
+				       .token = msg.token};
+		m->offer_fn(m->offer_ctx, (const struct sockaddr *)&l->bound.ss, l->bound.len, &o);
+		break;
+	}
 	}
 }
 

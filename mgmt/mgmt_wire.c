@@ -11,6 +11,7 @@
  * CONNECT_REQ:  session u16, zero u16, data_per_pkt u32, route (48)
  * CONNECT_RESP: status u32, session u16, zero u16, data_per_pkt u32, route (48)
  * DISCONNECT:   to u64 (the uuid of the process meant)
+ * OFFER:        pid u32, sid u32, peer_sid u32, zero u32
  * PING, PONG:   no body
  */
 #define ROUTE_WIRE_SIZE (2u + NIC_ROUTE_BYTES)
@@ -57,6 +58,7 @@ static size_t body_size(enum mgmt_msg_type type)
 	case MGMT_CONNECT_REQ: return REQ_BODY;
 	case MGMT_CONNECT_RESP: return RESP_BODY;
 	case MGMT_DISCONNECT: return 8;
+	case MGMT_OFFER: return 16;
 	case MGMT_PING:
 	case MGMT_PONG: return 0;
 	}
@@ -112,6 +114,12 @@ size_t mgmt_wire_encode(const struct mgmt_msg *msg, uint8_t *buf)
 	case MGMT_DISCONNECT:
 		put64(b, msg->to);
 		break;
+	case MGMT_OFFER:
+		put32(b, msg->pid);
+		put32(b + 4, msg->sid);
+		put32(b + 8, msg->peer_sid);
+		put32(b + 12, 0);
+		break;
 	default:
 		break;
 	}
@@ -148,6 +156,11 @@ int mgmt_wire_decode(const uint8_t *buf, size_t len, struct mgmt_msg *out)
 	case MGMT_DISCONNECT:
 		out->to = get64(b);
 		return 0;
+	case MGMT_OFFER:
+		out->pid = get32(b);
+		out->sid = get32(b + 4);
+		out->peer_sid = get32(b + 8);
+		return get32(b + 12) == 0 && out->pid != 0 ? 0 : -EBADMSG;
 	default:
 		return 0;
 	}

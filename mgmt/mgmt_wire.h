@@ -24,6 +24,7 @@ enum mgmt_msg_type {
 	MGMT_DISCONNECT = 3,
 	MGMT_PING = 4,
 	MGMT_PONG = 5,
+	MGMT_OFFER = 6,
 };
 
 /*
@@ -47,6 +48,10 @@ struct mgmt_msg {
 	 * with the same token; the goodbye to the unused answer must not end
 	 * the used one in whichever process reads it. */
 	uint64_t to;
+	/* OFFER (token: the stream's session token): a connection process pid
+	 * queued on a shared listener it let go of, stream sid there, the
+	 * peer's peer_sid; whoever reads it may take it over. */
+	uint32_t pid, sid, peer_sid;
 };
 
 /* Writes msg into buf (at least MGMT_WIRE_MAX_SIZE bytes); returns the length. */

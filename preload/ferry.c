@@ -12,7 +12,9 @@
 #include "mgmt/mgmt.h"
 #include "mgmt/nexus.h"
 #include "preload/fdtable.h"
+#include "preload/handover.h"
 #include "preload/libc.h"
+#include "preload/lshare.h"
 #include "preload/progress.h"
 #include "preload/stream.h"
 #include "transport/clock.h"
@@ -104,6 +106,7 @@ static void ferry_atexit(void)
 		 * Only a try for the lock: a thread stuck holding the endpoint
 		 * must not hang the exit.
 		 */
+		handover_exit_wait(FERRY_EXIT_DRAIN_NS);
 		uint64_t end = clock_now_ns() + FERRY_EXIT_DRAIN_NS;
 		bool locked;
 		while (!(locked = rpc_trylock(ferry.rpc)) && clock_now_ns() < end)
@@ -212,6 +215,8 @@ static void ferry_start_locked(void)
 	rpc_unlock(ferry.rpc);
 	if (rc == 0) /* the next owner of a stream a child takes over dials us there */
 		rc = mgmt_answer_on_control(ferry.mgmt, ferry.rpc);
+	if (rc == 0)
+		mgmt_set_offer_handler(ferry.mgmt, lshare_on_offer, NULL);
 	if (rc == 0)
 		rc = progress_start(ferry.rpc, &ferry.cfg, ferry.pcfg.spin_us);
 	if (rc) {

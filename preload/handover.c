@@ -60,7 +60,8 @@ struct ho_child {
 
 struct ho_orphan {
 	struct ho_orphan *next;
-	struct stream *s; /* holds the reference the closed file had */
+	struct stream *s;   /* holds the reference the closed file had */
+	uint64_t until_ns;  /* kept until then in any case (an offered one) */
 };
 
 /* Guards the lists; the thread and the fork path. Never held across a
@@ -275,7 +276,8 @@ static void ho_reap_orphans(void)
 		pthread_mutex_lock(&ho_lock);
 		for (struct ho_orphan **pp = &ho_orphans; *pp; pp = &(*pp)->next) {
 			struct stream *s = (*pp)->s;
-			if (!ho_held_since(s->born_fork) && !passfd_keeps(s->sid, s->token)) {
+			if (!ho_held_since(s->born_fork) && !passfd_keeps(s->sid, s->token) &&
+			    clock_now_ns() >= (*pp)->until_ns) {
 				struct ho_orphan *o = *pp;
 				*pp = o->next;
 				done = o->s;
@@ -519,6 +521,43 @@ bool handover_keep(struct stream *s)
 	stream_orphan(s);
 	handover_poke();
 	return true;
+}
+
+bool handover_keep_until(struct stream *s, uint64_t until_ns)
+{
+	pthread_mutex_lock(&ho_lock);
+	struct ho_orphan *o = ho_started ? calloc(1, sizeof(*o)) : NULL;
+	if (o) {
+		o->s = s;
+		o->until_ns = until_ns;
+		o->next = ho_orphans;
+		ho_orphans = o;
+	}
+	pthread_mutex_unlock(&ho_lock);
+	if (!o)
+		return false;
+	stream_orphan(s);
+	handover_poke();
+	return true;
+}
+
+void handover_exit_wait(uint64_t max_ns)
+{
+	if (!ho_started)
+		return;
+	uint64_t end = clock_now_ns() + max_ns;
+	for (;;) {
+		uint64_t now = clock_now_ns();
+		bool offered = false;
+		pthread_mutex_lock(&ho_lock);
+		for (struct ho_orphan *o = ho_orphans; o && !offered; o = o->next)
+			offered = o->until_ns > now;
+		pthread_mutex_unlock(&ho_lock);
+		if (!offered || now >= end)
+			return;
+		struct timespec ts = {0, 2000000};
+		nanosleep(&ts, NULL);
+	}
 }
 
 /* --- the new owner --- */

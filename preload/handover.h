@@ -18,6 +18,7 @@
 #define FERRY_PRELOAD_HANDOVER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct ffile;
@@ -51,5 +52,14 @@ void handover_adopt(struct ffile *f);
 /* The application closed its last copy of s (endpoint lock held): true when
  * a child may still use it, and s is kept (the caller must not close it). */
 bool handover_keep(struct stream *s);
+/* s, which has no file (endpoint lock held, the caller's reference passed
+ * on), is kept for another process to take over until until_ns (then
+ * closed); false when it cannot be (no thread serves others: handover_serve
+ * first). */
+bool handover_keep_until(struct stream *s, uint64_t until_ns);
+/* At exit, no lock held: waits, at most max_ns, until no stream kept with
+ * handover_keep_until waits for its taker (an old nginx worker exits as soon
+ * as it let go of its listener: the connections it queued go first). */
+void handover_exit_wait(uint64_t max_ns);
 
 #endif

@@ -9,13 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "mgmt/mgmt.h"
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
+#include "preload/handover.h"
 #include "preload/libc.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
+#include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/stats.h"
 
@@ -217,4 +220,83 @@ void lshare_release(struct fsock *sk)
 		libc()->close(sk->lis_rdv);
 	sk->lis_inherited = false;
 	sk->lis_rdv = -1;
+}
+
+/* --- connections queued on a listener this process lets go of --- */
+
+/* How long an offered connection waits for another holder to take it. */
+#define LSHARE_OFFER_NS (5000ull * 1000000ull)
+
+static bool lshare_offers_room(struct lshare_offers *o)
+{
+	if (o->n < o->cap)
+		return true;
+	size_t cap = o->cap ? 2 * o->cap : 8;
+	struct mgmt_offer *v = realloc(o->v, cap * sizeof(*v));
+	if (!v)
+		return false;
+	o->v = v;
+	o->cap = cap;
+	return true;
+}
+
+static bool lshare_keep_stream(struct stream *s, void *arg)
+{
+	struct lshare_offers *o = arg;
+	if (!lshare_offers_room(o) || !handover_keep_until(s, clock_now_ns() + LSHARE_OFFER_NS))
+		return false;
+	o->v[o->n++] = (struct mgmt_offer){
+		.pid = (uint32_t)getpid(), .sid = s->sid, .peer_sid = s->peer_sid, .token = s->token};
+	return true;
+}
+
+/* Another process's offer this one took but will not accept now (two old
+ * workers let go at once, one read the other's offer): passed on. */
+static void lshare_keep_offer(const struct listener_offer *lo, void *arg)
+{
+	struct lshare_offers *o = arg;
+	if (lshare_offers_room(o))
+		o->v[o->n++] = (struct mgmt_offer){.pid = (uint32_t)lo->pid,
+						   .sid = lo->sid,
+						   .peer_sid = lo->peer_sid,
+						   .token = lo->token};
+}
+
+const struct listener_keep lshare_keep = {.stream = lshare_keep_stream,
+					  .offer = lshare_keep_offer};
+
+void lshare_send_offers(struct lshare_offers *o, const struct sockaddr *addr, socklen_t len)
+{
+	ferry_internal_enter();
+	for (size_t i = 0; i < o->n; i++) {
+		int rc = mgmt_offer(ferry.mgmt, addr, len, &o->v[i]);
+		if (rc)
+			log_debug("lshare: cannot offer a queued connection (%s)", strerror(-rc));
+	}
+	ferry_internal_leave();
+	if (o->n)
+		log_debug("lshare: %zu queued connections offered to the listener's other holders",
+			  o->n);
+	free(o->v);
+	o->v = NULL;
+	o->n = o->cap = 0;
+}
+
+void lshare_on_offer(void *ctx, const struct sockaddr *addr, socklen_t len,
+		     const struct mgmt_offer *o)
+{
+	(void)ctx;
+	(void)len;
+	if (o->pid == (uint32_t)getpid())
+		return; /* our own, read before we let go: nobody here accepts it */
+	struct listener_offer lo = {.pid = (int)o->pid, .sid = o->sid, .peer_sid = o->peer_sid,
+				    .token = o->token};
+	ferry_internal_enter();
+	ferry_lock();
+	struct listener *l = listener_find(addr);
+	int rc = l ? listener_offer_add(l, &lo) : -ENOENT;
+	ferry_unlock();
+	ferry_internal_leave();
+	if (rc)
+		log_debug("lshare: an offered connection finds no listener here (%s)", strerror(-rc));
 }

@@ -177,6 +177,9 @@ static void sock_release(struct ffile *f)
 	sock_drop_rendezvous(sk);
 	struct sockaddr_storage la;
 	socklen_t llen = 0;
+	struct lshare_offers offers = {0};
+	/* Connections queued on a listener another process shares go to it. */
+	bool offer = sk->state == FSOCK_LISTEN && sk->lis_shared && handover_serve() == 0;
 	ferry_lock();
 	/* A child forked since the stream began may use it yet: no FIN while
 	 * it holds a copy, as the kernel sends none while one is open. */
@@ -196,7 +199,9 @@ static void sock_release(struct ffile *f)
 	if (sk->lis) {
 		la = sk->lis->addr;
 		llen = sk->lis->addr_len;
-		listener_remove(ferry.rpc, sk->lis);
+		struct listener_keep k = lshare_keep;
+		k.arg = &offers;
+		listener_remove(ferry.rpc, sk->lis, offer ? &k : NULL);
 		sk->lis = NULL;
 	}
 	sk->state = FSOCK_FAILED;
@@ -205,6 +210,7 @@ static void sock_release(struct ffile *f)
 		ferry_internal_enter();
 		mgmt_unlisten(ferry.mgmt, (struct sockaddr *)&la, llen);
 		ferry_internal_leave();
+		lshare_send_offers(&offers, (struct sockaddr *)&la, llen);
 	}
 	if (sk->ph_fd >= 0) {
 		if (sk->ph_bound)
@@ -990,6 +996,46 @@ static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *a
 	return nfd;
 }
 
+/* A connection another process queued and offered (lshare.h): a new
+ * number whose stream that process hands over at first use. */
+static int sock_accepted_offer(struct fsock *lsk, const struct listener_offer *o,
+			       struct sockaddr *addr, socklen_t *alen, int flags)
+{
+	int h;
+	int nfd = sock_new_number(lsk->domain, SOCK_STREAM | (flags & (SOCK_CLOEXEC | SOCK_NONBLOCK)),
+				  0, &h);
+	int rc = nfd < 0 ? -errno : sock_adopt(nfd, lsk->domain, flags, h);
+	struct ffile *nf = rc == 0 ? fdtable_get(&fdtab, nfd) : NULL;
+	if (!nf) {
+		if (nfd >= 0)
+			libc()->close(nfd);
+		if (h >= 0)
+			libc()->close(h);
+		return rc ? rc : -ENOMEM;
+	}
+	struct fsock *sk = nf->priv;
+	sk->state = FSOCK_REMOTE;
+	sk->remote_pid = o->pid;
+	sk->remote_sid = o->sid;
+	sk->remote_peer_sid = o->peer_sid;
+	sk->remote_token = o->token;
+	__atomic_store_n(&nf->mask, 0, __ATOMIC_RELEASE);
+	/* Taken over now: its peer's address is known only then, and the
+	 * application may ask at once (getpeername, accept's addr). */
+	handover_adopt(nf);
+	if (nf->kind != FFILE_SOCK || sk->state != FSOCK_STREAM) {
+		ffile_put(&fdtab, nf);
+		close(nfd);
+		return -ECONNABORTED; /* as the kernel's for a connection reset in the queue */
+	}
+	ferry_lock();
+	if (sk->stream)
+		copy_addr_out(&sk->stream->peer, sk->stream->peer_len, addr, alen);
+	ferry_unlock();
+	ffile_put(&fdtab, nf);
+	return nfd;
+}
+
 static int sock_accept_wait(struct ffile *f, int fd, struct sockaddr *addr, socklen_t *alen,
 			    int flags);
 
@@ -1017,9 +1063,17 @@ static int sock_accept_wait(struct ffile *f, int fd, struct sockaddr *addr, sock
 	for (;;) {
 		ferry_lock();
 		struct stream *s = sk->lis ? listener_pop(sk->lis) : NULL;
+		struct listener_offer o;
+		bool offered = !s && sk->lis && listener_offer_pop(sk->lis, &o);
 		ferry_unlock();
 		if (s)
 			return sock_accepted(sk, s, addr, alen, flags);
+		if (offered) {
+			int nfd = sock_accepted_offer(sk, &o, addr, alen, flags);
+			if (nfd != -ECONNABORTED)
+				return nfd;
+			continue;
+		}
 		int r = c->accept4(fd, addr, alen, flags);
 		if (r >= 0) {
 			stats_inc(ferry_stats()->kernel_accepts);

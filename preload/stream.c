@@ -88,7 +88,8 @@ _Static_assert(sizeof(struct wire_ack) == 32, "wire layout");
 struct stream_tx {
 	struct stream *s;
 	struct msgbuf *m;
-	uint32_t len; /* DATA bytes carried */
+	uint32_t len;     /* DATA bytes carried */
+	unsigned attempt; /* OPEN: s->redirects when it was sent */
 };
 
 /* Streams by index (endpoint lock). */
@@ -817,6 +818,11 @@ void stream_forget_all(void)
 	while (listeners) {
 		struct listener *l = listeners;
 		listeners = l->next;
+		while (l->offers) {
+			struct listener_offer *o = l->offers;
+			l->offers = o->next;
+			free(o);
+		}
 		free(l);
 	}
 }
@@ -876,13 +882,40 @@ static socklen_t wire_to_addr(const struct wire_addr *w, int family, struct sock
 	return sizeof(*in);
 }
 
+/*
+ * OPEN again at a fresh rendezvous, where another holder of the listener
+ * answers: the listener's process let go of it (-ESTALE), or went away
+ * before it answered (its session ended), so it never took the stream, as
+ * a SYN nobody answered is sent again. The socket layer gets the session,
+ * off this lock. False when s cannot go again.
+ */
+static bool stream_open_again(struct stream *s)
+{
+	if (s->state != STREAM_OPENING || !s->file || s->redirect ||
+	    s->redirects >= STREAM_REDIRECTS_MAX)
+		return false;
+	s->redirects++;
+	s->redirect = true;
+	s->refs++;
+	s->redirect_next = st_redirect_head;
+	st_redirect_head = s;
+	work_update();
+	return true;
+}
+
 static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
 {
 	struct stream_tx *tx = tag;
 	struct stream *s = tx->s;
+	unsigned attempt = tx->attempt;
 	rpc_free_msg(rpc, tx->m);
 	free(tx);
 	s->inflight--;
+	if (attempt != s->redirects || s->redirect) {
+		/* The answer to an attempt made before the stream went again. */
+		stream_put(s);
+		return;
+	}
 	int err = 0;
 	if (status < 0) {
 		err = ECONNRESET;
@@ -897,15 +930,8 @@ static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 			s->peer_window = r->window;
 		}
 	}
-	if (err == ESTALE && s->file && s->redirects < STREAM_REDIRECTS_MAX) {
-		/* The listener's process let go of it: another holder answers a
-		 * fresh rendezvous (the socket layer gets one, off this lock). */
-		s->redirects++;
-		s->redirect = true;
-		s->refs++;
-		s->redirect_next = st_redirect_head;
-		st_redirect_head = s;
-		work_update();
+	if ((err == ESTALE || status < 0) && stream_open_again(s)) {
+		/* sent elsewhere */
 	} else if (err) {
 		s->state = STREAM_FAILED;
 		s->reset = s->ended = true;
@@ -940,6 +966,7 @@ static int stream_send_open(struct rpc *rpc, struct stream *s)
 	addr_to_wire((const struct sockaddr *)&s->local, &w->src);
 	tx->s = s;
 	tx->m = m;
+	tx->attempt = s->redirects;
 	int rc = rpc_enqueue_request(rpc, s->session, STREAM_REQ_OPEN, m, open_cont, tx);
 	if (rc) {
 		rpc_free_msg(rpc, m);
@@ -1066,12 +1093,52 @@ struct stream *listener_pop(struct listener *l)
 		l->tail = NULL;
 	l->queued--;
 	s->accept_next = NULL;
-	if (!l->head)
+	if (!l->head && !l->offers)
 		ffile_notify(l->file, 0, 0);
 	return s;
 }
 
-void listener_remove(struct rpc *rpc, struct listener *l)
+struct listener *listener_find(const struct sockaddr *addr)
+{
+	uint16_t port = addr->sa_family == AF_INET
+				? ((const struct sockaddr_in *)(const void *)addr)->sin_port
+				: ((const struct sockaddr_in6 *)(const void *)addr)->sin6_port;
+	for (struct listener *l = listeners; l; l = l->next)
+		if (l->port == port && l->addr.ss_family == addr->sa_family)
+			return l;
+	return NULL;
+}
+
+int listener_offer_add(struct listener *l, const struct listener_offer *o)
+{
+	struct listener_offer *n = malloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	*n = *o;
+	n->next = NULL;
+	if (!l->offers)
+		l->offers_tail = &l->offers;
+	*l->offers_tail = n;
+	l->offers_tail = &n->next;
+	ffile_notify(l->file, EPOLLIN, EPOLLIN);
+	return 0;
+}
+
+bool listener_offer_pop(struct listener *l, struct listener_offer *out)
+{
+	struct listener_offer *o = l->offers;
+	if (!o)
+		return false;
+	l->offers = o->next;
+	*out = *o;
+	out->next = NULL;
+	free(o);
+	if (!l->head && !l->offers)
+		ffile_notify(l->file, 0, 0);
+	return true;
+}
+
+void listener_remove(struct rpc *rpc, struct listener *l, const struct listener_keep *k)
 {
 	for (struct listener **p = &listeners; *p; p = &(*p)->next) {
 		if (*p == l) {
@@ -1087,11 +1154,19 @@ void listener_remove(struct rpc *rpc, struct listener *l)
 	}
 	struct stream *s;
 	while ((s = listener_pop(l)) != NULL) {
+		if (!s->reset && k && k->stream(s, k->arg))
+			continue;
 		if (!s->reset)
 			stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, ctl_cont);
 		s->reset = true;
 		stream_put(s);
 	}
+	/* Offers not taken: handed on, or their owner resets them once
+	 * nobody takes them. */
+	struct listener_offer o;
+	while (listener_offer_pop(l, &o))
+		if (k && k->offer)
+			k->offer(&o, k->arg);
 	free(l);
 }
 
@@ -1408,8 +1483,10 @@ static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_
 		struct stream *s = st_slots[i];
 		/* A peer that had shut its side (FIN) and sent everything before
 		 * it went away closed cleanly: reads end in EOF, writes fail; no
-		 * reset to report. Anything missing is a reset. */
-		if (s && s->session == session) {
+		 * reset to report. Anything missing is a reset. A stream on its
+		 * way to another session (redirected) is not this one's any more,
+		 * and one the peer never answered goes there too. */
+		if (s && s->session == session && !s->redirect && !stream_open_again(s)) {
 			stream_fail(s, stream_fin_in(s) ? 0 : ECONNRESET);
 			stream_unlinger(s);
 		}

@@ -94,6 +94,15 @@ struct stream {
 	uint64_t move_peer_tx;
 };
 
+/* A connection another process queued on a listener it let go of and
+ * offered here (lshare.h): taken over at first use once accepted. */
+struct listener_offer {
+	struct listener_offer *next;
+	int pid;
+	uint32_t sid, peer_sid;
+	uint64_t token;
+};
+
 struct listener {
 	struct sockaddr_storage addr;
 	socklen_t addr_len;
@@ -108,6 +117,7 @@ struct listener {
 	 * OPEN that still comes here (a client's session leads here) is sent
 	 * back to the rendezvous (-ESTALE), where another holder answers. */
 	bool shared;
+	struct listener_offer *offers, **offers_tail; /* accepted after the queue */
 };
 
 /* Registers the request handlers and the session handler on rpc. */
@@ -148,9 +158,23 @@ void stream_set_file(struct stream *s, struct ffile *file);
 /* Listeners: OPEN requests for a matching address land in one's queue. */
 struct listener *listener_add(const struct sockaddr *addr, socklen_t len, int backlog,
 			      struct ffile *file);
-/* Resets the streams still queued, then frees l. */
-void listener_remove(struct rpc *rpc, struct listener *l);
+/* What a listener going away may hand on: each stream still queued goes to
+ * stream (which takes the queue's reference and returns true) or is reset;
+ * each offer not taken goes to offer. */
+struct listener_keep {
+	bool (*stream)(struct stream *s, void *arg);
+	void (*offer)(const struct listener_offer *o, void *arg);
+	void *arg;
+};
+/* Frees l, handing on what k takes (k may be NULL: everything is reset). */
+void listener_remove(struct rpc *rpc, struct listener *l, const struct listener_keep *k);
 struct stream *listener_pop(struct listener *l);
+/* The listener for addr's family and port, or NULL. */
+struct listener *listener_find(const struct sockaddr *addr);
+/* Queues an offer (copied); readable from now. -ENOMEM. */
+int listener_offer_add(struct listener *l, const struct listener_offer *o);
+/* Takes the oldest offer into *out; false when none. */
+bool listener_offer_pop(struct listener *l, struct listener_offer *out);
 
 /* Frees every stream and listener without a word to any peer or file (a
  * daemon() child that starts a fresh ferry; tests). */

@@ -18,8 +18,6 @@ FERRY_INTEGRATION_TESTS = tests/integration/ferry_run.sh tests/integration/redis
 	tests/integration/process.sh tests/integration/nginx.sh tests/integration/postgres.sh \
 	tests/integration/nginx_reload.sh
 TESTS += $(FERRY_INTEGRATION_TESTS)
-# Known not to pass yet: see the script's header (issue #14).
-XFAIL_TESTS = tests/integration/nginx_reload.sh
 EXTRA_DIST += $(FERRY_INTEGRATION_TESTS)
 # The same tests over other datapaths: make check-transport FERRY_TEST_TRANSPORT='udp softib'
 check-transport:

@@ -46,6 +46,19 @@ Test(mgmt_wire, round_trip_keeps_every_field)
 	cr_assert_eq(out.type, MGMT_DISCONNECT);
 	cr_assert_eq(out.to, bye.to, "a goodbye names the process it is for");
 
+	struct mgmt_msg offer = {.type = MGMT_OFFER, .token = 77, .uuid = 42, .pid = 1234,
+				 .sid = 0x80000001u, .peer_sid = 5};
+	len = mgmt_wire_encode(&offer, buf);
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), 0);
+	cr_assert_eq(out.type, MGMT_OFFER);
+	cr_assert(out.pid == 1234 && out.sid == 0x80000001u && out.peer_sid == 5 && out.token == 77,
+		  "an offer names the process, the stream and its session's token");
+	buf[len - 1] = 1; /* the zero word */
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), -EBADMSG);
+	offer.pid = 0;
+	len = mgmt_wire_encode(&offer, buf);
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), -EBADMSG, "an offer from no process");
+
 	struct mgmt_msg ping = {.type = MGMT_PING, .uuid = 42};
 	len = mgmt_wire_encode(&ping, buf);
 	cr_assert_eq(len, MGMT_WIRE_HDR_SIZE);

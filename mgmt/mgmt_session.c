@@ -588,6 +588,30 @@ static void peer_dead(struct mgmt *m, struct mpeer *p, uint64_t now)
 	}
 }
 
+/* Whether p's datapath spoke lately: a peer whose packets keep coming
+ * lives, though its management thread be too starved to answer a ping (a
+ * loaded host); p's last word moves up to its last packet. True too when
+ * an endpoint is busy and cannot be asked now (the next check asks). */
+static bool peer_heard_on_datapath(struct mgmt *m, struct mpeer *p, uint64_t now, uint64_t fail_ns)
+{
+	bool busy = false;
+	for (struct msess *s = m->sessions; s; s = s->next) {
+		if (!s->up || s->peer != p)
+			continue;
+		if (!rpc_trylock(s->rpc)) {
+			busy = true;
+			continue;
+		}
+		uint64_t rx = rpc_session_token(s->rpc, s->session) == s->token
+				      ? rpc_session_rx_ns(s->rpc, s->session)
+				      : 0;
+		rpc_unlock(s->rpc);
+		if (rx > p->last_heard_ns)
+			p->last_heard_ns = rx;
+	}
+	return busy || now - p->last_heard_ns < fail_ns;
+}
+
 /* Closes sessions the endpoint dropped by itself, drops old tombstones. */
 static void sweep(struct mgmt *m, uint64_t now)
 {
@@ -648,7 +672,8 @@ int mgmt_timers(struct mgmt *m, uint64_t now)
 	struct mpeer *peer = m->peers;
 	while (peer) {
 		struct mpeer *pnext = peer->next;
-		if (now - peer->last_heard_ns >= fail_ns) {
+		if (now - peer->last_heard_ns >= fail_ns &&
+		    !peer_heard_on_datapath(m, peer, now, fail_ns)) {
 			peer_dead(m, peer, now);
 		} else {
 			if (now >= peer->next_ping_ns) {
@@ -657,8 +682,11 @@ int mgmt_timers(struct mgmt *m, uint64_t now)
 			}
 			if (peer->next_ping_ns < next)
 				next = peer->next_ping_ns;
-			if (peer->last_heard_ns + fail_ns < next)
-				next = peer->last_heard_ns + fail_ns;
+			uint64_t due = peer->last_heard_ns + fail_ns;
+			if (due <= now)
+				due = now + MGMT_MS; /* an endpoint was busy: ask it again soon */
+			if (due < next)
+				next = due;
 		}
 		peer = pnext;
 	}

@@ -114,3 +114,32 @@ Test(mgmt_failure, heartbeats_keep_an_idle_session_alive, .timeout = 60)
 	tmu_server_kill(&srv);
 	nexus_destroy(nx);
 }
+
+/* A peer whose management thread is starved (held here) answers no ping,
+ * but its answers on the datapath keep coming: it lives, and nothing it
+ * carries is reset. */
+Test(mgmt_failure, a_peer_whose_datapath_answers_is_not_declared_dead, .timeout = 60)
+{
+	struct nexus *server = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	uint16_t port = tmu_serve(server);
+	struct tmu_looper loop;
+	tmu_loop_start(&loop, nexus_rpc(server));
+	struct nexus *nx = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	struct rpc *rpc = nexus_rpc(nx);
+	int s = connect_to(nx, port);
+	cr_assert_geq(s, 0, "connect: %s", strerror(-s));
+	mgmt_hold(nexus_mgmt(server));
+	uint64_t end = clock_now_ns() + 5ull * FAILURE_MS * 1000000ull;
+	unsigned calls = 0;
+	while (clock_now_ns() < end) {
+		struct tmu_call c;
+		cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), 0, "call %u failed", calls);
+		calls++;
+		usleep(2000);
+	}
+	cr_assert_eq(nexus_stats(nx)->dead_peers, 0, "a peer whose datapath answered was declared dead");
+	mgmt_release(nexus_mgmt(server));
+	nexus_destroy(nx);
+	tmu_loop_stop(&loop);
+	nexus_destroy(server);
+}

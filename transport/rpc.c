@@ -175,6 +175,7 @@ static void handle_packet(struct rpc *rpc, const uint8_t *pkt, uint32_t len)
 		stats_drop(rpc->st, token);
 		return;
 	}
+	s->rx_ns = rpc->now_ns;
 	stats_add(&rpc->st->bytes_rx, len - PKTHDR_SIZE);
 	session_hold(s);
 	switch (pi.type) {

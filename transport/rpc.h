@@ -125,6 +125,10 @@ int rpc_session_connect(struct rpc *rpc, int session, const struct nic_route *pe
 void rpc_session_reset(struct rpc *rpc, int session, int err);
 bool rpc_session_is_up(const struct rpc *rpc, int session);
 uint64_t rpc_session_token(const struct rpc *rpc, int session);
+/* When a valid packet of the session last came in (clock_now_ns), 0 if
+ * never: traffic proves the peer lives even when its management thread is
+ * slow to answer pings. */
+uint64_t rpc_session_rx_ns(const struct rpc *rpc, int session);
 
 void rpc_local_route(const struct rpc *rpc, struct nic_route *out);
 struct nic *rpc_nic(const struct rpc *rpc);

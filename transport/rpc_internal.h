@@ -128,6 +128,7 @@ struct session {
 	uint32_t busy_slots;
 	struct timely timely;
 	uint64_t next_tx_ns;   /* pacing: when the next paced packet may leave */
+	uint64_t rx_ns;        /* a valid packet last came in (rpc_session_rx_ns) */
 	struct session *active_next, *active_prev; /* on rpc->active while busy */
 	bool on_active;
 };

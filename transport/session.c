@@ -203,3 +203,9 @@ uint64_t rpc_session_token(const struct rpc *rpc, int num)
 	struct session *s = session_get((struct rpc *)rpc, num);
 	return s ? s->token : 0;
 }
+
+uint64_t rpc_session_rx_ns(const struct rpc *rpc, int num)
+{
+	struct session *s = session_get((struct rpc *)rpc, num);
+	return s && s->state == SESSION_UP ? s->rx_ns : 0;
+}

@@ -5,6 +5,7 @@ libferry_core_la_CFLAGS = $(AM_CFLAGS) -fPIC
 libferry_core_la_LIBADD = $(IBVERBS_LIBS) $(CAP_LIBS) $(PTHREAD_LIBS)
 libferry_core_la_SOURCES = \
 	transport/clock.h \
+	transport/sys.c transport/sys.h \
 	transport/config.c transport/config.h \
 	transport/log.c transport/log.h \
 	transport/stats.c transport/stats.h \

@@ -21,6 +21,7 @@
 
 #include "mgmt/mgmt_internal.h"
 #include "transport/clock.h"
+#include "transport/sys.h"
 
 /* Datagrams taken from one socket per wake-up, so one busy socket cannot
  * starve the rest. */
@@ -96,7 +97,7 @@ static void sock_drain(struct mgmt *m, int fd, struct listener *l, short revents
 		 * reporting POLLERR. */
 		int soerr;
 		socklen_t sl = sizeof(soerr);
-		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+		sys()->getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
 	}
 	if (!(revents & POLLIN))
 		return;
@@ -104,7 +105,7 @@ static void sock_drain(struct mgmt *m, int fd, struct listener *l, short revents
 		uint8_t buf[512];
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		ssize_t n = recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&ss, &sl);
+		ssize_t n = sys()->recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&ss, &sl);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return;
@@ -132,7 +133,7 @@ static int cmd_listen(struct mgmt *m, struct cmd *c)
 	struct listener *l = mgmt_addr_port(&c->addr) ? listener_find(m, &c->addr) : NULL;
 	if (l) {
 		if (c->fd >= 0)
-			close(c->fd);
+			sys()->close(c->fd);
 		if (!(c->flags & MGMT_LISTEN_REUSEPORT) || !l->reuseport || l->rpc != c->rpc)
 			return -EADDRINUSE;
 		l->users++;
@@ -141,7 +142,7 @@ static int cmd_listen(struct mgmt *m, struct cmd *c)
 	l = calloc(1, sizeof(*l));
 	if (!l) {
 		if (c->fd >= 0)
-			close(c->fd);
+			sys()->close(c->fd);
 		return -ENOMEM;
 	}
 	l->fd = c->fd >= 0 ? c->fd
@@ -155,7 +156,7 @@ static int cmd_listen(struct mgmt *m, struct cmd *c)
 	}
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
-	if (getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0 ||
+	if (sys()->getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0 ||
 	    mgmt_addr_set(&l->bound, (struct sockaddr *)&ss, sl) < 0)
 		l->bound = c->addr;
 	l->asked = c->addr;
@@ -172,7 +173,7 @@ static void listener_close(struct mgmt *m, struct listener **lp)
 {
 	struct listener *l = *lp;
 	*lp = l->next;
-	close(l->fd);
+	sys()->close(l->fd);
 	free(l);
 	m->nlisteners--;
 }
@@ -287,7 +288,7 @@ static __thread struct mgmt *mgmt_self;
 static bool commands(struct mgmt *m)
 {
 	uint64_t v;
-	while (read(m->evfd, &v, sizeof(v)) > 0) {
+	while (sys()->read(m->evfd, &v, sizeof(v)) > 0) {
 	}
 	pthread_mutex_lock(&m->mu);
 	struct cmd *c = m->queue;
@@ -365,10 +366,10 @@ static void *mgmt_main(void *arg)
 		nfds_t n = poll_set(m);
 		if (n == 0) {
 			struct pollfd ev = {.fd = m->evfd, .events = POLLIN};
-			poll(&ev, 1, timeout < 10 ? timeout : 10);
+			sys()->poll(&ev, 1, timeout < 10 ? timeout : 10);
 			continue;
 		}
-		if (poll(m->pfd, n, timeout) <= 0)
+		if (sys()->poll(m->pfd, n, timeout) <= 0)
 			continue;
 		uint64_t now = clock_now_ns();
 		for (nfds_t i = 1; i < n; i++)
@@ -396,7 +397,7 @@ static int submit(struct mgmt *m, struct cmd *c)
 	*m->queue_tail = c;
 	m->queue_tail = &c->next;
 	uint64_t one = 1;
-	ssize_t wr = write(m->evfd, &one, sizeof(one));
+	ssize_t wr = sys()->write(m->evfd, &one, sizeof(one));
 	(void)wr; /* only fails when the counter is already huge: still readable */
 	if (!c->sync) {
 		pthread_mutex_unlock(&m->mu);
@@ -477,11 +478,11 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 		*err = rc;
 		snprintf(msg, msglen, "mgmt: cannot create %s: %s", what, strerror(-rc));
 		if (m->ctl6 >= 0)
-			close(m->ctl6);
+			sys()->close(m->ctl6);
 		if (m->ctl4 >= 0)
-			close(m->ctl4);
+			sys()->close(m->ctl4);
 		if (m->evfd >= 0)
-			close(m->evfd);
+			sys()->close(m->evfd);
 		pthread_cond_destroy(&m->cv);
 		pthread_mutex_destroy(&m->mu);
 		free(m);
@@ -497,14 +498,14 @@ void mgmt_destroy(struct mgmt *m)
 	pthread_mutex_lock(&m->mu);
 	m->stop = true;
 	uint64_t one = 1;
-	ssize_t wr = write(m->evfd, &one, sizeof(one));
+	ssize_t wr = sys()->write(m->evfd, &one, sizeof(one));
 	(void)wr;
 	pthread_mutex_unlock(&m->mu);
 	pthread_join(m->thread, NULL);
-	close(m->ctl4);
+	sys()->close(m->ctl4);
 	if (m->ctl6 >= 0)
-		close(m->ctl6);
-	close(m->evfd);
+		sys()->close(m->ctl6);
+	sys()->close(m->evfd);
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
@@ -538,7 +539,7 @@ int mgmt_listen_fd(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr,
 	int rc = cmd_init(m, &c, CMD_LISTEN, rpc, addr, len);
 	if (rc) {
 		if (udp_fd >= 0)
-			close(udp_fd);
+			sys()->close(udp_fd);
 		return rc;
 	}
 	c.fd = udp_fd;
@@ -559,10 +560,10 @@ int mgmt_rendezvous_socket(const struct sockaddr *addr, socklen_t len, uint16_t 
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	struct mgmt_addr bound;
-	if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0 ||
+	if (sys()->getsockname(fd, (struct sockaddr *)&ss, &sl) < 0 ||
 	    mgmt_addr_set(&bound, (struct sockaddr *)&ss, sl) < 0) {
 		rc = -errno;
-		close(fd);
+		sys()->close(fd);
 		return rc ? rc : -EINVAL;
 	}
 	*port = mgmt_addr_port(&bound);

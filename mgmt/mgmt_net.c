@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "transport/clock.h"
+#include "transport/sys.h"
 
 int mgmt_addr_set(struct mgmt_addr *out, const struct sockaddr *sa, socklen_t len)
 {
@@ -101,34 +102,34 @@ void mgmt_addr_format(const struct mgmt_addr *a, char *buf, size_t cap)
 
 int mgmt_net_socket(int family, const struct mgmt_addr *addr, unsigned flags)
 {
-	int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = sys()->socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	int one = 1, rc = 0;
 	if (flags & MGMT_NET_REUSEPORT)
-		rc = setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+		rc = sys()->setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	if (rc == 0 && (flags & MGMT_NET_RECVERR)) {
 		if (family == AF_INET)
-			rc = setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof(one));
+			rc = sys()->setsockopt(fd, IPPROTO_IP, IP_RECVERR, &one, sizeof(one));
 		else
-			rc = setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof(one));
+			rc = sys()->setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &one, sizeof(one));
 	}
 	/* The control socket of each family only talks to its own family;
 	 * listeners keep the kernel default so [::]:P also hears IPv4, as the
 	 * TCP listener beside it does. */
 	if (rc == 0 && family == AF_INET6 && (!addr || (flags & MGMT_NET_V6ONLY)))
-		rc = setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+		rc = sys()->setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 	if (rc == 0) {
 		struct mgmt_addr any;
 		memset(&any, 0, sizeof(any));
 		any.ss.ss_family = (sa_family_t)family;
 		any.len = family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
 		const struct mgmt_addr *b = addr ? addr : &any;
-		rc = bind(fd, (const struct sockaddr *)&b->ss, b->len);
+		rc = sys()->bind(fd, (const struct sockaddr *)&b->ss, b->len);
 	}
 	if (rc < 0) {
 		int err = -errno;
-		close(fd);
+		sys()->close(fd);
 		return err;
 	}
 	return fd;
@@ -146,7 +147,7 @@ int mgmt_net_read_error(int fd, struct mgmt_addr *dest, int *err)
 	struct msghdr msg = {.msg_name = &ss, .msg_namelen = sizeof(ss), .msg_iov = &iov,
 			     .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
 	memset(&ss, 0, sizeof(ss));
-	if (recvmsg(fd, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
+	if (sys()->recvmsg(fd, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
 	*err = 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
@@ -167,18 +168,18 @@ int mgmt_net_read_error(int fd, struct mgmt_addr *dest, int *err)
 uint32_t mgmt_net_udp_payload_max(const struct mgmt_addr *addr)
 {
 	int family = mgmt_addr_family(addr);
-	int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = sys()->socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return 0;
 	/* connect() on UDP sends nothing; it only resolves the route, whose
 	 * MTU IP_MTU then reports. */
 	int mtu = 0;
 	socklen_t len = sizeof(mtu);
-	if (connect(fd, (const struct sockaddr *)&addr->ss, addr->len) < 0 ||
-	    getsockopt(fd, family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6,
+	if (sys()->connect(fd, (const struct sockaddr *)&addr->ss, addr->len) < 0 ||
+	    sys()->getsockopt(fd, family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6,
 		       family == AF_INET ? IP_MTU : IPV6_MTU, &mtu, &len) < 0)
 		mtu = 0;
-	close(fd);
+	sys()->close(fd);
 	uint32_t overhead = family == AF_INET ? 28u : 48u;
 	return mtu > (int)overhead ? (uint32_t)mtu - overhead : 0;
 }
@@ -194,7 +195,7 @@ int mgmt_net_send(int fd, const void *buf, size_t len, const struct sockaddr *to
 {
 	bool retried = false;
 	for (;;) {
-		if (sendto(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL, to, tolen) >= 0)
+		if (sys()->sendto(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL, to, tolen) >= 0)
 			return 0;
 		if (errno == EINTR)
 			continue;

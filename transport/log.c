@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "transport/sys.h"
+
 static int log_level = FERRY_LOG_WARN;
 static int log_fd = 2;
 
@@ -21,7 +23,7 @@ void ferry_log_init(enum ferry_log_level level, const char *path)
 		if (fd >= 0) {
 			int old = __atomic_exchange_n(&log_fd, fd, __ATOMIC_RELAXED);
 			if (old > 2)
-				close(old);
+				sys()->close(old);
 			return;
 		}
 		ferry_log(FERRY_LOG_WARN, "FERRY_LOG_FILE=%s cannot be opened (%s); logging to stderr",
@@ -50,7 +52,7 @@ void ferry_log(enum ferry_log_level level, const char *fmt, ...)
 	if (len > sizeof(line) - 2)
 		len = sizeof(line) - 2;
 	line[len++] = '\n';
-	ssize_t w = write(__atomic_load_n(&log_fd, __ATOMIC_RELAXED), line, len);
+	ssize_t w = sys()->write(__atomic_load_n(&log_fd, __ATOMIC_RELAXED), line, len);
 	(void)w;
 	errno = saved;
 }

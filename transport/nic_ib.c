@@ -24,6 +24,7 @@
 #include "transport/config.h"
 #include "transport/log.h"
 #include "transport/stats.h"
+#include "transport/sys.h"
 #include "transport/verbs_seam.h"
 
 #define IB_GRH_BYTES 40u
@@ -1018,8 +1019,8 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 		goto fail;
 	}
 	/* arm_notify drains events without blocking. */
-	int fl = fcntl(ib->chan->fd, F_GETFL);
-	if (fl < 0 || fcntl(ib->chan->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+	int fl = sys()->fcntl(ib->chan->fd, F_GETFL);
+	if (fl < 0 || sys()->fcntl(ib->chan->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
 		rc = -errno;
 		ib_fail(rc, msg, msglen, "completion channel of %s: fcntl: %s", dev, strerror(errno));
 		goto fail;

@@ -15,6 +15,7 @@
 #include "transport/config.h"
 #include "transport/log.h"
 #include "transport/stats.h"
+#include "transport/sys.h"
 
 /*
  * One mutex per fabric guards every nic's queue and the address table: a
@@ -140,7 +141,7 @@ static void nic_test_deliver(struct nic_test *dst, const struct nic_tx *pkt, uin
 	 * eventfd before it looks at the queue, so no arrival is missed. */
 	if (dst->count++ == 0) {
 		uint64_t one = 1;
-		ssize_t r = write(dst->efd, &one, sizeof(one));
+		ssize_t r = sys()->write(dst->efd, &one, sizeof(one));
 		(void)r; /* EAGAIN only when the counter is saturated: already readable */
 	}
 }
@@ -217,7 +218,7 @@ static int nic_test_arm_notify(struct nic *nic)
 {
 	struct nic_test *t = nic_test_of(nic);
 	uint64_t v;
-	if (read(t->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+	if (sys()->read(t->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		return -errno;
 	pthread_mutex_lock(&t->fabric->lock);
 	int waiting = t->count > 0;
@@ -290,7 +291,7 @@ static void nic_test_route_format(const struct nic_route *route, char *buf, size
 static void nic_test_free(struct nic_test *t)
 {
 	if (t->efd >= 0)
-		close(t->efd);
+		sys()->close(t->efd);
 	free(t->bufs);
 	free(t->free_stack);
 	free(t->ring);

@@ -21,6 +21,7 @@
 #include "transport/log.h"
 #include "transport/pkthdr.h"
 #include "transport/stats.h"
+#include "transport/sys.h"
 
 /* The largest UDP payload over IPv4 (65535 - 20 IP - 8 UDP); IPv6 allows 20
  * more, but a dual-stack socket may be sending to a v4-mapped peer. */
@@ -242,9 +243,9 @@ static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts,
 		int r;
 		/* One datagram: sendmsg spares sendmmsg's per-call overhead. */
 		if (run == 1)
-			r = sendmsg(fd, &u->tx_msgs[done].msg_hdr, MSG_DONTWAIT) >= 0 ? 1 : -1;
+			r = sys()->sendmsg(fd, &u->tx_msgs[done].msg_hdr, MSG_DONTWAIT) >= 0 ? 1 : -1;
 		else
-			r = sendmmsg(fd, u->tx_msgs + done, run, MSG_DONTWAIT);
+			r = sys()->sendmmsg(fd, u->tx_msgs + done, run, MSG_DONTWAIT);
 		if (r > 0) {
 			for (int d = 0; d < r; d++)
 				accepted += u->tx_pkts[done++];
@@ -361,7 +362,7 @@ static int nic_udp_recv_one(struct nic_udp *u)
 {
 	size_t cap = u->rx_iov[0].iov_len;
 	/* MSG_TRUNC makes recv return the datagram's full length. */
-	ssize_t len = recv(u->fd, u->rx_iov[0].iov_base, cap, MSG_DONTWAIT | MSG_TRUNC);
+	ssize_t len = sys()->recv(u->fd, u->rx_iov[0].iov_base, cap, MSG_DONTWAIT | MSG_TRUNC);
 	if (len < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
 	u->rx_msgs[0].msg_len = (unsigned)((size_t)len < cap ? (size_t)len : cap);
@@ -398,7 +399,7 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	if (k == 0)
 		return n;
 	int r = u->rx_sparse ? nic_udp_recv_one(u)
-			     : recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
+			     : sys()->recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
 	if (r <= 0) {
 		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			ferry_log_once(FERRY_LOG_WARN, "udp: receive failed: %s", strerror(errno));
@@ -554,11 +555,11 @@ static int nic_udp_grow_buffer(int fd, int force_opt, int opt)
 {
 	int want = NIC_UDP_SOCKBUF;
 	/* The FORCE variant ignores net.core.*mem_max but needs CAP_NET_ADMIN. */
-	if (setsockopt(fd, SOL_SOCKET, force_opt, &want, sizeof(want)) < 0)
-		setsockopt(fd, SOL_SOCKET, opt, &want, sizeof(want));
+	if (sys()->setsockopt(fd, SOL_SOCKET, force_opt, &want, sizeof(want)) < 0)
+		sys()->setsockopt(fd, SOL_SOCKET, opt, &want, sizeof(want));
 	int got = 0;
 	socklen_t len = sizeof(got);
-	if (getsockopt(fd, SOL_SOCKET, opt, &got, &len) < 0)
+	if (sys()->getsockopt(fd, SOL_SOCKET, opt, &got, &len) < 0)
 		return 0;
 	return got / 2;
 }
@@ -588,17 +589,17 @@ static int nic_udp_hide_fd(int fd)
 		int floor = lim / 2 < NIC_UDP_HIDE_FLOOR_MAX ? (int)(lim / 2) : NIC_UDP_HIDE_FLOOR_MAX;
 		int share = (int)(lim / NIC_UDP_PEER_FD_SHARE);
 		if (__atomic_add_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED) <= share)
-			high = fcntl(fd, F_DUPFD_CLOEXEC, floor);
+			high = sys()->fcntl(fd, F_DUPFD_CLOEXEC, floor);
 		if (high < 0)
 			__atomic_sub_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED);
 	}
-	close(fd);
+	sys()->close(fd);
 	return high;
 }
 
 static void nic_udp_peer_fd_close(int fd)
 {
-	close(fd);
+	sys()->close(fd);
 	__atomic_sub_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED);
 }
 
@@ -623,14 +624,14 @@ static int nic_udp_peer_socket(const struct nic_peer *p)
 		memcpy(&a.in.sin_addr, p->addr.in6.sin6_addr.s6_addr + 12, 4);
 		alen = sizeof(a.in);
 	}
-	int fd = socket(a.sa.sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = sys()->socket(a.sa.sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
 	fd = nic_udp_hide_fd(fd);
 	if (fd < 0)
 		return -1;
 	nic_udp_grow_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF);
-	if (connect(fd, &a.sa, alen) != 0) {
+	if (sys()->connect(fd, &a.sa, alen) != 0) {
 		log_debug("udp: no connected socket for a peer (%s); the nic's socket sends",
 			  strerror(errno));
 		nic_udp_peer_fd_close(fd);
@@ -713,7 +714,7 @@ static void nic_udp_route_format(const struct nic_route *route, char *buf, size_
 static void nic_udp_free(struct nic_udp *u)
 {
 	if (u->fd >= 0)
-		close(u->fd);
+		sys()->close(u->fd);
 	if (u->bufs)
 		munmap(u->bufs, u->map_len);
 	free(u);
@@ -745,24 +746,24 @@ static const struct nic_ops nic_udp_ops = {
 /* Dual-stack [::]:0 when the host has IPv6, else 0.0.0.0:0. Returns the fd or -errno. */
 static int nic_udp_socket(int *family)
 {
-	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = sys()->socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd >= 0) {
 		int off = 0;
 		struct sockaddr_in6 any = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
-		if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) == 0 &&
-		    bind(fd, (struct sockaddr *)&any, sizeof(any)) == 0) {
+		if (sys()->setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) == 0 &&
+		    sys()->bind(fd, (struct sockaddr *)&any, sizeof(any)) == 0) {
 			*family = AF_INET6;
 			return fd;
 		}
-		close(fd);
+		sys()->close(fd);
 	}
-	fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	fd = sys()->socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	struct sockaddr_in any4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
-	if (bind(fd, (struct sockaddr *)&any4, sizeof(any4)) < 0) {
+	if (sys()->bind(fd, (struct sockaddr *)&any4, sizeof(any4)) < 0) {
 		int err = -errno;
-		close(fd);
+		sys()->close(fd);
 		return err;
 	}
 	*family = AF_INET;
@@ -822,7 +823,7 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 	u->fd = fd;
 	struct sockaddr_storage ss;
 	socklen_t sslen = sizeof(ss);
-	if (getsockname(fd, (struct sockaddr *)&ss, &sslen) < 0)
+	if (sys()->getsockname(fd, (struct sockaddr *)&ss, &sslen) < 0)
 		return nic_udp_fail(u, -errno, err, msg, msglen, "getsockname");
 	u->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 						 : ((struct sockaddr_in *)&ss)->sin_port);

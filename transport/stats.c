@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "transport/sys.h"
+
 int stats_format_json(const struct ferry_stats *st, const char *transport, char *buf, size_t cap)
 {
 	size_t n = 0;
@@ -63,9 +65,9 @@ int stats_write_file(const struct ferry_stats *st, const char *transport, const 
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
-	ssize_t w = write(fd, json, (size_t)len);
+	ssize_t w = sys()->write(fd, json, (size_t)len);
 	int err = w == len ? 0 : (w < 0 ? -errno : -EIO);
-	close(fd);
+	sys()->close(fd);
 	if (!err && rename(tmp, final) != 0)
 		err = -errno;
 	if (err)

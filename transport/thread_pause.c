@@ -4,7 +4,8 @@
 #include "transport/thread_pause.h"
 
 #include <stdint.h>
-#include <unistd.h>
+
+#include "transport/sys.h"
 
 void thread_pause_init(struct thread_pause *p)
 {
@@ -42,7 +43,7 @@ void thread_pause_hold(struct thread_pause *p, int wake_fd)
 	__atomic_store_n(&p->holds, p->holds + 1, __ATOMIC_RELEASE);
 	if (wake_fd >= 0 && p->running) {
 		uint64_t one = 1;
-		ssize_t r = write(wake_fd, &one, sizeof(one));
+		ssize_t r = sys()->write(wake_fd, &one, sizeof(one));
 		(void)r; /* only fails when the counter is huge: readable anyway */
 	}
 	while (p->running && !p->parked)

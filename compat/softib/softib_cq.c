@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "compat/softib/softib_int.h"
+#include "transport/sys.h"
 
 struct ibv_comp_channel *sib_create_comp_channel(struct ibv_context *ctx)
 {
@@ -31,21 +32,21 @@ struct ibv_comp_channel *sib_create_comp_channel(struct ibv_context *ctx)
 	int n = snprintf(ch->path, sizeof(ch->path), "%s/ch.%llu.%d.%u", c->fab.dir,
 			 (unsigned long long)sib_pidns(), (int)getpid(),
 			 __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = sys()->socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	if (n < 0 || (size_t)n >= sizeof(a.sun_path) || fd < 0) {
 		int err = fd < 0 ? errno : ENAMETOOLONG;
 		if (fd >= 0)
-			close(fd);
+			sys()->close(fd);
 		free(ch);
 		errno = err;
 		return NULL;
 	}
 	memcpy(a.sun_path, ch->path, (size_t)n + 1);
 	unlink(ch->path); /* a leftover of an earlier process with our pid */
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a))) {
+	if (sys()->bind(fd, (struct sockaddr *)&a, sizeof(a))) {
 		int err = errno;
-		close(fd);
+		sys()->close(fd);
 		free(ch);
 		errno = err;
 		return NULL;
@@ -60,7 +61,7 @@ int sib_destroy_comp_channel(struct ibv_comp_channel *chan)
 	struct sib_channel *ch = (struct sib_channel *)chan;
 	if (ch->cqs)
 		return EBUSY;
-	close(ch->ch.fd);
+	sys()->close(ch->ch.fd);
 	unlink(ch->path);
 	free(ch);
 	return 0;
@@ -145,7 +146,7 @@ static void sib_cq_self_wake(struct sib_cq *cq)
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	snprintf(a.sun_path, sizeof(a.sun_path), "%s", ch->path);
 	uint64_t cookie = (uintptr_t)cq;
-	(void)sendto(c->wake_sock, &cookie, sizeof(cookie), MSG_DONTWAIT, (struct sockaddr *)&a,
+	(void)sys()->sendto(c->wake_sock, &cookie, sizeof(cookie), MSG_DONTWAIT, (struct sockaddr *)&a,
 		     sizeof(a));
 }
 
@@ -217,7 +218,7 @@ int sib_get_cq_event(struct ibv_comp_channel *chan, struct ibv_cq **out, void **
 	struct sib_channel *ch = (struct sib_channel *)chan;
 	for (;;) {
 		uint64_t cookie;
-		ssize_t r = recv(chan->fd, &cookie, sizeof(cookie), 0);
+		ssize_t r = sys()->recv(chan->fd, &cookie, sizeof(cookie), 0);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;

@@ -12,6 +12,7 @@
 #include "compat/softib/softib.h"
 #include "compat/softib/softib_int.h"
 #include "transport/config.h"
+#include "transport/sys.h"
 
 /* The device list holds one device, for the fabric the caller names. */
 static struct ibv_device **sib_get_device_list(const struct ferry_config *cfg, int *num)
@@ -66,7 +67,7 @@ static struct ibv_context *sib_open_device(struct ibv_device *dev)
 		errno = rc;
 		return NULL;
 	}
-	c->wake_sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	c->wake_sock = sys()->socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (c->wake_sock < 0) {
 		rc = errno;
 		sib_fabric_close(&c->fab);
@@ -85,7 +86,7 @@ static struct ibv_context *sib_open_device(struct ibv_device *dev)
 	 * its own copy. */
 	struct sib_device *copy = malloc(sizeof(*copy));
 	if (!copy) {
-		close(c->wake_sock);
+		sys()->close(c->wake_sock);
 		sib_fabric_close(&c->fab);
 		free(c);
 		errno = ENOMEM;
@@ -111,7 +112,7 @@ static int sib_close_device(struct ibv_context *ctx)
 	sib_peer_maps_free(c);
 	for (unsigned i = 0; i < SIB_MAX_MR; i++)
 		free(c->mrs[i]);
-	close(c->wake_sock);
+	sys()->close(c->wake_sock);
 	sib_fabric_close(&c->fab);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->ctx.mutex);

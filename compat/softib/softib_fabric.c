@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "compat/softib/softib_int.h"
+#include "transport/sys.h"
 
 int sib_dir_path(char *buf, size_t cap)
 {
@@ -70,8 +71,8 @@ static uint64_t sib_start_time(pid_t pid)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
+	ssize_t n = sys()->read(fd, buf, sizeof(buf) - 1);
+	sys()->close(fd);
 	if (n <= 0)
 		return 0;
 	buf[n] = '\0';
@@ -153,7 +154,7 @@ int sib_fabric_open(struct sib_fabric *fab, const char *name)
 		return errno;
 	if (creator && ftruncate(fd, (off_t)len)) {
 		rc = errno;
-		close(fd);
+		sys()->close(fd);
 		unlink(path);
 		return rc;
 	}
@@ -163,14 +164,14 @@ int sib_fabric_open(struct sib_fabric *fab, const char *name)
 		struct stat st;
 		if (fstat(fd, &st) == 0 && (size_t)st.st_size >= len) {
 			if (st.st_uid != getuid()) {
-				close(fd);
+				sys()->close(fd);
 				return EPERM;
 			}
 			if (s == MAP_FAILED)
 				s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 			if (s == MAP_FAILED) {
 				rc = errno;
-				close(fd);
+				sys()->close(fd);
 				return rc;
 			}
 			if (creator)
@@ -185,7 +186,7 @@ int sib_fabric_open(struct sib_fabric *fab, const char *name)
 	    s->max_qps != SIB_MAX_QPS) {
 		if (s != MAP_FAILED)
 			munmap(s, len);
-		close(fd);
+		sys()->close(fd);
 		return EPROTO; /* stale or foreign file: the caller says to remove it */
 	}
 	fab->fd = fd;
@@ -199,7 +200,7 @@ void sib_fabric_close(struct sib_fabric *fab)
 	if (fab->shm)
 		munmap(fab->shm, sizeof(*fab->shm));
 	if (fab->fd >= 0)
-		close(fab->fd);
+		sys()->close(fab->fd);
 	fab->shm = NULL;
 	fab->fd = -1;
 }
@@ -230,7 +231,7 @@ static int sib_ring_fd_leased(int fd)
 	    !hdr.leased)
 		return -1;
 	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-	if (fcntl(fd, F_OFD_GETLK, &lk))
+	if (sys()->fcntl(fd, F_OFD_GETLK, &lk))
 		return -1;
 	return lk.l_type != F_UNLCK;
 }
@@ -244,7 +245,7 @@ static int sib_ring_leased(const struct sib_fabric *fab, uint32_t qpn)
 	if (fd < 0)
 		return 0;
 	int held = sib_ring_fd_leased(fd);
-	close(fd);
+	sys()->close(fd);
 	return held;
 }
 
@@ -268,7 +269,7 @@ static void sib_ring_retire(struct sib_fabric *fab, uint32_t qpn)
 	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd >= 0) {
 		sib_ring_mark_dead(fd);
-		close(fd);
+		sys()->close(fd);
 	}
 	unlink(path);
 }
@@ -328,7 +329,7 @@ static void sib_sweep_rings(const struct sib_fabric *fab)
 			sib_ring_mark_dead(fd);
 			unlink(path);
 		}
-		close(fd);
+		sys()->close(fd);
 	}
 	closedir(d);
 }
@@ -397,11 +398,11 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	int rc = 0;
 	void *m = MAP_FAILED;
-	if (fd < 0 || fcntl(fd, F_OFD_SETLK, &lk) || ftruncate(fd, (off_t)len) ||
+	if (fd < 0 || sys()->fcntl(fd, F_OFD_SETLK, &lk) || ftruncate(fd, (off_t)len) ||
 	    (m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
 		rc = errno ? errno : EIO;
 		if (fd >= 0) {
-			close(fd);
+			sys()->close(fd);
 			unlink(tmp);
 		}
 		sib_shm_unlock(&s->lock);
@@ -419,7 +420,7 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	if (rename(tmp, path)) {
 		rc = errno;
 		munmap(m, len);
-		close(fd);
+		sys()->close(fd);
 		unlink(tmp);
 		sib_shm_unlock(&s->lock);
 		return rc;
@@ -456,7 +457,7 @@ void sib_fabric_qp_destroy(struct sib_context *c, struct sib_qp *qp)
 	sib_shm_unlock(&s->lock);
 	unlink(qp->shm_path);
 	munmap(qp->shm, qp->shm_len);
-	close(qp->ring_fd);
+	sys()->close(qp->ring_fd);
 	qp->shm = NULL;
 	qp->ring_fd = -1;
 }
@@ -485,7 +486,7 @@ static struct sib_qp_shm *sib_peer_ring(struct sib_context *c, uint32_t qpn, siz
 	void *m = MAP_FAILED;
 	if (fstat(fd, &st) == 0 && (size_t)st.st_size > SIB_RING_OFFSET)
 		m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
+	sys()->close(fd);
 	if (m == MAP_FAILED)
 		return NULL;
 	struct sib_qp_shm *q = m;
@@ -532,7 +533,7 @@ static void sib_wake(struct sib_context *c, struct sib_qp_shm *q)
 	a.sun_path[sizeof(a.sun_path) - 1] = '\0';
 	uint64_t cookie = q->wake_cookie;
 	/* A full socket already holds a wake-up; a gone one has no reader. */
-	(void)sendto(c->wake_sock, &cookie, sizeof(cookie), MSG_DONTWAIT, (struct sockaddr *)&a,
+	(void)sys()->sendto(c->wake_sock, &cookie, sizeof(cookie), MSG_DONTWAIT, (struct sockaddr *)&a,
 		     sizeof(a));
 }
 

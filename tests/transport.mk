@@ -75,3 +75,7 @@ tests_test_config_env_CFLAGS = $(TEST_CFLAGS)
 tests_test_config_env_LDADD = $(TEST_LDADD)
 TESTS += tests/test_netns_two_hosts.sh
 EXTRA_DIST += tests/test_netns_two_hosts.sh
+# transport/, mgmt/ and compat/softib reach libc only through transport/sys.h
+# (nm -u of libferry_core against preload/libferry.map).
+TESTS += tests/test_layering.sh
+EXTRA_DIST += tests/test_layering.sh

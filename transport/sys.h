@@ -84,6 +84,8 @@ struct sys_fns {
 	FILE *(*popen)(const char *, const char *);
 };
 
+/* Written only by the resolution, and by a test that stands in for a libc
+ * function after it (tests/test_nic_udp.c); everyone else reads sys(). */
 extern struct sys_fns sys_table;
 extern int sys_ready;
 

@@ -101,6 +101,12 @@ static bool ho_held_since(uint32_t fork_no)
 	return false;
 }
 
+/* Whether another process may still take s over (ho_lock held). */
+static bool ho_wanted(const struct stream *s)
+{
+	return ho_held_since(s->born_fork) || passfd_keeps(s->sid, s->token);
+}
+
 void handover_poke(void)
 {
 	if (!ho_started)
@@ -275,9 +281,7 @@ static void ho_reap_orphans(void)
 		struct stream *done = NULL;
 		pthread_mutex_lock(&ho_lock);
 		for (struct ho_orphan **pp = &ho_orphans; *pp; pp = &(*pp)->next) {
-			struct stream *s = (*pp)->s;
-			if (!ho_held_since(s->born_fork) && !passfd_keeps(s->sid, s->token) &&
-			    clock_now_ns() >= (*pp)->until_ns) {
+			if (!ho_wanted((*pp)->s) && clock_now_ns() >= (*pp)->until_ns) {
 				struct ho_orphan *o = *pp;
 				*pp = o->next;
 				done = o->s;
@@ -504,29 +508,12 @@ void handover_fork_child(struct ffile *f, pid_t parent)
 	__atomic_store_n(&f->mask, 0, __ATOMIC_RELEASE);
 }
 
-bool handover_keep(struct stream *s)
+/* Keeps s (no file, its reference passed on) as an orphan until until_ns at
+ * least, or as long as keep says, when no lock but the endpoint's is held. */
+static bool ho_keep(struct stream *s, uint64_t until_ns, bool (*keep)(const struct stream *s))
 {
 	pthread_mutex_lock(&ho_lock);
-	bool keep = ho_started &&
-		    (ho_held_since(s->born_fork) || passfd_keeps(s->sid, s->token));
-	struct ho_orphan *o = keep ? calloc(1, sizeof(*o)) : NULL;
-	if (o) {
-		o->s = s;
-		o->next = ho_orphans;
-		ho_orphans = o;
-	}
-	pthread_mutex_unlock(&ho_lock);
-	if (!o)
-		return false;
-	stream_orphan(s);
-	handover_poke();
-	return true;
-}
-
-bool handover_keep_until(struct stream *s, uint64_t until_ns)
-{
-	pthread_mutex_lock(&ho_lock);
-	struct ho_orphan *o = ho_started ? calloc(1, sizeof(*o)) : NULL;
+	struct ho_orphan *o = ho_started && (!keep || keep(s)) ? calloc(1, sizeof(*o)) : NULL;
 	if (o) {
 		o->s = s;
 		o->until_ns = until_ns;
@@ -539,6 +526,16 @@ bool handover_keep_until(struct stream *s, uint64_t until_ns)
 	stream_orphan(s);
 	handover_poke();
 	return true;
+}
+
+bool handover_keep(struct stream *s)
+{
+	return ho_keep(s, 0, ho_wanted);
+}
+
+bool handover_keep_until(struct stream *s, uint64_t until_ns)
+{
+	return ho_keep(s, until_ns, NULL);
 }
 
 void handover_exit_wait(uint64_t max_ns)

@@ -319,9 +319,9 @@ static bool pf_join_own(int fd)
 	return rc == 0;
 }
 
-void passfd_received(const struct msghdr *msg)
+void passfd_each(const struct msghdr *msg, void (*fn)(int fd, void *arg), void *arg)
 {
-	if (ferry_internal() || ferry_state() == FERRY_OFF)
+	if (!msg || !msg->msg_control || msg->msg_controllen < sizeof(struct cmsghdr))
 		return;
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR((struct msghdr *)msg); cm;
 	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
@@ -332,21 +332,34 @@ void passfd_received(const struct msghdr *msg)
 		for (size_t i = 0; i < n; i++) {
 			int fd;
 			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-			struct inherit_desc d;
-			if (fdtable_maybe(&fdtab, fd) || pf_join_own(fd) || !pf_ask(fd, &d))
-				continue;
-			/* A ferry socket: this process needs a ferry of its own. */
-			if (!ferry_up()) {
-				if (d.rdv >= 0)
-					libc()->close(d.rdv);
-				log_info("fd %d, a connection another process's ferry carried, arrived "
-					 "(SCM_RIGHTS) but ferry is not running here: it stays the "
-					 "kernel's, not connected",
-					 fd);
-				continue;
-			}
-			if (inherit_take(fd, &d))
-				stats_inc(ferry_stats()->sockets_received);
+			fn(fd, arg);
 		}
 	}
+}
+
+static void pf_received(int fd, void *arg)
+{
+	(void)arg;
+	struct inherit_desc d;
+	if (fdtable_maybe(&fdtab, fd) || pf_join_own(fd) || !pf_ask(fd, &d))
+		return;
+	/* A ferry socket: this process needs a ferry of its own. */
+	if (!ferry_up()) {
+		if (d.rdv >= 0)
+			libc()->close(d.rdv);
+		log_info("fd %d, a connection another process's ferry carried, arrived "
+			 "(SCM_RIGHTS) but ferry is not running here: it stays the kernel's, not "
+			 "connected",
+			 fd);
+		return;
+	}
+	if (inherit_take(fd, &d))
+		stats_inc(ferry_stats()->sockets_received);
+}
+
+void passfd_received(const struct msghdr *msg)
+{
+	if (ferry_internal() || ferry_state() == FERRY_OFF)
+		return;
+	passfd_each(msg, pf_received, NULL);
 }

@@ -25,6 +25,8 @@ struct ffile;
 
 #define PASSFD_TTL_S 10
 
+/* Calls fn on each descriptor msg carries (SCM_RIGHTS). */
+void passfd_each(const struct msghdr *msg, void (*fn)(int fd, void *arg), void *arg);
 /* fd (f's number) goes into a message on a unix socket: true when the
  * receiver can take it up (else the caller leaves it to the kernel). */
 bool passfd_sent(struct ffile *f, int fd);

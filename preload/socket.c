@@ -357,38 +357,29 @@ void sock_share_all(void)
 		sock_let_go_all();
 }
 
+static void sock_passed_fd(int fd, void *arg)
+{
+	(void)arg;
+	if (!fdtable_maybe(&fdtab, fd))
+		return;
+	struct ffile *f = sock_get(fd);
+	if (!f)
+		return;
+	const struct fsock *sk = f->priv;
+	if (!passfd_sent(f, fd) && f->kind == FFILE_SOCK && sk && sk->stream)
+		ferry_log_once(FERRY_LOG_WARN,
+			       "fd %d, a connection ferry carries, was passed to another process "
+			       "(SCM_RIGHTS) and cannot follow: the other process gets an unconnected "
+			       "socket; leave its port to the kernel with FERRY_PORTS",
+			       fd);
+	/* The kernel socket is the receiver's too: never pooled. */
+	sock_kernel_own(f, fd);
+	ffile_put(&fdtab, f);
+}
+
 void sock_passed(const struct msghdr *msg)
 {
-	if (!msg || !msg->msg_control || msg->msg_controllen < sizeof(struct cmsghdr))
-		return;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR((struct msghdr *)msg); cm;
-	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-		    cm->cmsg_len < CMSG_LEN(0))
-			continue;
-		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		const unsigned char *data = CMSG_DATA(cm);
-		for (size_t i = 0; i < n; i++) {
-			int fd;
-			memcpy(&fd, data + i * sizeof(int), sizeof(fd));
-			if (!fdtable_maybe(&fdtab, fd))
-				continue;
-			struct ffile *f = sock_get(fd);
-			if (f) {
-				const struct fsock *sk = f->priv;
-				if (!passfd_sent(f, fd) && f->kind == FFILE_SOCK && sk && sk->stream)
-					ferry_log_once(FERRY_LOG_WARN,
-						       "fd %d, a connection ferry carries, was passed to "
-						       "another process (SCM_RIGHTS) and cannot follow: "
-						       "the other process gets an unconnected socket; "
-						       "leave its port to the kernel with FERRY_PORTS",
-						       fd);
-				/* The kernel socket is the receiver's too: never pooled. */
-				sock_kernel_own(f, fd);
-				ffile_put(&fdtab, f);
-			}
-		}
-	}
+	passfd_each(msg, sock_passed_fd, NULL);
 }
 
 /* The socket becomes the kernel's for good: registrations move to kernel
@@ -966,24 +957,35 @@ static int sock_new_number(int domain, int type, int protocol, int *h)
 	return fd;
 }
 
-static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *addr,
-			 socklen_t *alen, int flags)
+/* The number an accepted connection gets, with its file (a reference):
+ * the number, or -errno with nothing left open. */
+static int sock_accept_number(const struct fsock *lsk, int flags, struct ffile **out)
 {
 	const struct libc_fns *c = libc();
 	int h;
 	int nfd = sock_new_number(lsk->domain, SOCK_STREAM | (flags & (SOCK_CLOEXEC | SOCK_NONBLOCK)),
 				  0, &h);
 	int rc = nfd < 0 ? -errno : sock_adopt(nfd, lsk->domain, flags, h);
-	struct ffile *nf = rc == 0 ? fdtable_get(&fdtab, nfd) : NULL;
-	if (!nf) {
-		if (nfd >= 0)
-			c->close(nfd);
-		if (h >= 0)
-			c->close(h);
+	*out = rc == 0 ? fdtable_get(&fdtab, nfd) : NULL;
+	if (*out)
+		return nfd;
+	if (nfd >= 0)
+		c->close(nfd);
+	if (h >= 0)
+		c->close(h);
+	return rc ? rc : -ENOMEM;
+}
+
+static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *addr,
+			 socklen_t *alen, int flags)
+{
+	struct ffile *nf;
+	int nfd = sock_accept_number(lsk, flags, &nf);
+	if (nfd < 0) {
 		ferry_lock();
 		stream_close(ferry.rpc, s);
 		ferry_unlock();
-		return rc ? rc : -ENOMEM;
+		return nfd;
 	}
 	struct fsock *sk = nf->priv;
 	ferry_lock();
@@ -1001,18 +1003,10 @@ static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *a
 static int sock_accepted_offer(struct fsock *lsk, const struct listener_offer *o,
 			       struct sockaddr *addr, socklen_t *alen, int flags)
 {
-	int h;
-	int nfd = sock_new_number(lsk->domain, SOCK_STREAM | (flags & (SOCK_CLOEXEC | SOCK_NONBLOCK)),
-				  0, &h);
-	int rc = nfd < 0 ? -errno : sock_adopt(nfd, lsk->domain, flags, h);
-	struct ffile *nf = rc == 0 ? fdtable_get(&fdtab, nfd) : NULL;
-	if (!nf) {
-		if (nfd >= 0)
-			libc()->close(nfd);
-		if (h >= 0)
-			libc()->close(h);
-		return rc ? rc : -ENOMEM;
-	}
+	struct ffile *nf;
+	int nfd = sock_accept_number(lsk, flags, &nf);
+	if (nfd < 0)
+		return nfd;
 	struct fsock *sk = nf->priv;
 	sk->state = FSOCK_REMOTE;
 	sk->remote_pid = o->pid;

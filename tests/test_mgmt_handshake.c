@@ -110,17 +110,23 @@ Test(mgmt_handshake, live_session_is_reused)
 	cr_assert_eq(STAT(server, sessions), 1);
 }
 
-Test(mgmt_handshake, duplicate_connect_req_gets_the_same_session)
+/* A handshake as the client's endpoint would start it, sent by hand. */
+static struct mgmt_msg client_req(uint64_t token, uint64_t uuid, uint16_t session)
 {
-	uint16_t raw_port;
-	int fd = raw_socket(&raw_port);
-	struct mgmt_msg req = {.type = MGMT_CONNECT_REQ, .token = 0x1122334455667788ull,
-			       .uuid = 0xabcdef0123456789ull, .session = 7,
-			       .data_per_pkt = RPC_MIN_PKT_DATA};
+	struct mgmt_msg req = {.type = MGMT_CONNECT_REQ, .token = token, .uuid = uuid,
+			       .session = session, .data_per_pkt = RPC_MIN_PKT_DATA};
 	struct rpc *crpc = nexus_rpc(client);
 	rpc_lock(crpc);
 	rpc_local_route(crpc, &req.route);
 	rpc_unlock(crpc);
+	return req;
+}
+
+Test(mgmt_handshake, duplicate_connect_req_gets_the_same_session)
+{
+	uint16_t raw_port;
+	int fd = raw_socket(&raw_port);
+	struct mgmt_msg req = client_req(0x1122334455667788ull, 0xabcdef0123456789ull, 7);
 	uint8_t buf[MGMT_WIRE_MAX_SIZE];
 	size_t len = mgmt_wire_encode(&req, buf);
 
@@ -149,13 +155,7 @@ Test(mgmt_handshake, a_goodbye_meant_for_another_process_leaves_the_session_up)
 {
 	uint16_t raw_port;
 	int fd = raw_socket(&raw_port);
-	struct mgmt_msg req = {.type = MGMT_CONNECT_REQ, .token = 0x5566778899aabbccull,
-			       .uuid = 0x1234567890abcdefull, .session = 3,
-			       .data_per_pkt = RPC_MIN_PKT_DATA};
-	struct rpc *crpc = nexus_rpc(client);
-	rpc_lock(crpc);
-	rpc_local_route(crpc, &req.route);
-	rpc_unlock(crpc);
+	struct mgmt_msg req = client_req(0x5566778899aabbccull, 0x1234567890abcdefull, 3);
 	uint8_t buf[MGMT_WIRE_MAX_SIZE];
 	size_t len = mgmt_wire_encode(&req, buf);
 	struct mgmt_msg r;

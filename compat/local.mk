@@ -1,9 +1,4 @@
 # compat: build fragment, included from Makefile.am
-# The verbs datapath lives in transport/ but is listed here, with softib, so
-# one owner edits one fragment: nic_open, nic_ib and the seam between them.
-libferry_core_la_SOURCES += transport/nic.c
-libferry_core_la_SOURCES += transport/nic_ib.c
-libferry_core_la_SOURCES += transport/verbs_seam.c transport/verbs_seam.h
 # softib: the software verbs device (shared memory), behind transport/verbs_seam.h.
 libferry_core_la_SOURCES += compat/softib/softib.h compat/softib/softib_int.h
 libferry_core_la_SOURCES += compat/softib/softib_device.c compat/softib/softib_fabric.c

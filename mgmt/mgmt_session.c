@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "mgmt/mgmt_internal.h"
+#include "transport/clock.h"
 #include "transport/config.h"
 #include "transport/log.h"
 #include "transport/nic.h"
@@ -390,6 +391,8 @@ static void on_connect_resp(struct mgmt *m, const struct mgmt_msg *msg, const st
 }
 
 /* Fails the attempt at dest: the kernel says nothing listens there. */
+static void peer_dead(struct mgmt *m, struct mpeer *p, uint64_t now);
+
 void mgmt_on_icmp_error(struct mgmt *m, const struct mgmt_addr *dest, int err)
 {
 	if (err != ECONNREFUSED && err != EHOSTUNREACH && err != ENETUNREACH)
@@ -397,6 +400,22 @@ void mgmt_on_icmp_error(struct mgmt *m, const struct mgmt_addr *dest, int err)
 	for (struct pending *p = m->pendings; p; p = p->next) {
 		if (mgmt_addr_equal(&p->addr, dest)) {
 			pending_finish(m, p, -err);
+			return;
+		}
+	}
+	/* Nothing listens where a peer's management thread pinged us from:
+	 * the process is gone (killed: it said no goodbye), and the kernel
+	 * says so at our next ping, as it answers a dead TCP peer with a
+	 * reset. Only a control socket's address tells (a rendezvous socket
+	 * may outlive the process in another holder, or close while it lives). */
+	if (err != ECONNREFUSED)
+		return;
+	for (struct mpeer *p = m->peers; p; p = p->next) {
+		if (p->addr_from_ping && mgmt_addr_equal(&p->addr, dest)) {
+			log_info("mgmt: peer %016llx is gone (its control port is closed); resetting "
+				 "its sessions",
+				 (unsigned long long)p->uuid);
+			peer_dead(m, p, clock_now_ns());
 			return;
 		}
 	}
@@ -572,8 +591,6 @@ int mgmt_sess_peer_addr(struct mgmt *m, struct rpc *rpc, int session, struct mgm
 
 static void peer_dead(struct mgmt *m, struct mpeer *p, uint64_t now)
 {
-	log_warn("mgmt: peer %016llx silent for %u ms, declared dead; resetting its sessions",
-		 (unsigned long long)p->uuid, m->cfg->failure_timeout_ms);
 	stats_inc(m->stats->dead_peers);
 	/* sess_close frees p with its last session; stop before touching it. */
 	unsigned left = p->nsessions;
@@ -674,6 +691,9 @@ int mgmt_timers(struct mgmt *m, uint64_t now)
 		struct mpeer *pnext = peer->next;
 		if (now - peer->last_heard_ns >= fail_ns &&
 		    !peer_heard_on_datapath(m, peer, now, fail_ns)) {
+			log_warn("mgmt: peer %016llx silent for %u ms, declared dead; resetting its "
+				 "sessions",
+				 (unsigned long long)peer->uuid, m->cfg->failure_timeout_ms);
 			peer_dead(m, peer, now);
 		} else {
 			if (now >= peer->next_ping_ns) {

@@ -143,3 +143,27 @@ Test(mgmt_failure, a_peer_whose_datapath_answers_is_not_declared_dead, .timeout 
 	tmu_loop_stop(&loop);
 	nexus_destroy(server);
 }
+
+/* A peer process killed (no goodbye) is noticed at the next heartbeat: its
+ * control port is closed and the kernel says so, long before the failure
+ * timeout (a minute here, past the test's own timeout). */
+Test(mgmt_failure, a_killed_peer_is_noticed_before_the_failure_timeout, .timeout = 20)
+{
+	struct ferry_config cfg = tmu_config(60000, HEARTBEAT_MS);
+	struct tmu_server srv = tmu_server_fork(&cfg);
+	struct nexus *nx = tmu_nexus_with(&cfg);
+	struct rpc *rpc = nexus_rpc(nx);
+	int s = connect_to(nx, srv.port);
+	cr_assert_geq(s, 0, "connect: %s", strerror(-s));
+	struct tmu_call c;
+	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), 0);
+	usleep(4 * HEARTBEAT_MS * 1000); /* its pings have shown its control port */
+	tmu_server_kill(&srv);
+	while (nexus_stats(nx)->dead_peers == 0) /* the test's timeout guards */
+		usleep(1000);
+	rpc_lock(rpc);
+	bool up = rpc_session_is_up(rpc, s);
+	rpc_unlock(rpc);
+	cr_assert_not(up, "the dead peer's session is still up");
+	nexus_destroy(nx);
+}

@@ -202,6 +202,11 @@ expect_ge() { # what value minimum
 	log "$1 = $2 (>= $3)"
 }
 
+expect_le() { # what value maximum
+	[ "$2" -le "$3" ] || fail "$1 = $2, expected at most $3"
+	log "$1 = $2 (<= $3)"
+}
+
 expect_eq() { # what value wanted
 	[ "$2" = "$3" ] || fail "$1 = $2, expected $3"
 	log "$1 = $2"

@@ -80,4 +80,40 @@ run w4 4 off ""
 run mutex 2 on ""
 run reuseport 2 off reuseport
 
+# The worker serving wrk killed (SIGKILL) in the middle of requests: its
+# clients' requests fail as over the kernel, at most one per connection,
+# nothing hangs, and new clients are served at once, byte for byte, by the
+# other worker (well within the 10 s failure timeout).
+port=$(free_port)
+conf 2 off ""
+bgf killed nginx -c "$work/nginx.conf" -p "$work"
+master=$last_pid
+wait_listen "$port"
+timeout 30 "$ferry_run" --transport "$transport" --stats "$work/stats-ckilled-%p.json" \
+	wrk -t 1 -c 20 -d 3 "http://127.0.0.1:$port/k1" >"$work/wrk.log" 2>&1 &
+bench=$!
+sleep 1
+# The busiest worker: the one wrk's connections reached.
+victim=$(for w in $(pgrep -P "$master"); do
+	echo "$(awk '{print $14 + $15}' "/proc/$w/stat") $w"
+done | sort -n | tail -1 | cut -d' ' -f2)
+[ -n "$victim" ] || fail "killed: no worker to kill"
+kill -KILL "$victim"
+for i in 1 2 3; do
+	timeout 5 "$ferry_run" --transport "$transport" curl -sS -o "$work/got" \
+		"http://127.0.0.1:$port/k1" 2>"$work/curl.err" ||
+		fail "killed: curl right after the kill: $(cat "$work/curl.err")"
+	cmp -s "$work/got" "$work/html/k1" || fail "killed: curl got other bytes"
+done
+wait "$bench" || fail "killed: wrk failed or hung: $(tail -3 "$work/wrk.log")"
+reqs=$(awk '/requests in/ {print $1}' "$work/wrk.log")
+expect_ge "killed: wrk requests" "${reqs:-0}" 1000
+errors=$(sed -n 's/.*Socket errors: connect \([0-9]*\), read \([0-9]*\), write \([0-9]*\), timeout \([0-9]*\).*/\1 \2 \3 \4/p' \
+	"$work/wrk.log" | awk '{print $1 + $2 + $3 + $4}')
+# At most one failed request per connection: those the killed worker held.
+expect_le "killed: failed requests" "${errors:-0}" 20
+kill -QUIT "$master"
+wait_exit "$master" 20 || fail "killed: nginx did not stop cleanly"
+log "killed: a worker SIGKILLed under wrk -c 20: ${errors:-0} failed requests, $reqs answered, the rest served on"
+
 echo "PASS: nginx over ferry ($transport)"

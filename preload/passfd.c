@@ -250,7 +250,9 @@ static bool pf_ask(int fd, struct inherit_desc *d)
 	    c->getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &plen) != 0 ||
 	    proto != IPPROTO_TCP)
 		return false;
-	int s = c->socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	/* Non-blocking: a sender too busy to take the question (its queue
+	 * full) leaves the socket the kernel's rather than hold this call. */
+	int s = c->socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (s < 0)
 		return false;
 	struct sockaddr_un a;
@@ -268,7 +270,7 @@ static bool pf_ask(int fd, struct inherit_desc *d)
 		struct pollfd p = {.fd = s, .events = POLLIN};
 		ssize_t r = -1;
 		if (c->poll(&p, 1, PASSFD_ASK_MS) == 1)
-			r = c->recvmsg(s, &m, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+			r = c->recvmsg(s, &m, MSG_CMSG_CLOEXEC);
 		int rdv = -1;
 		struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&m) : NULL;
 		if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&

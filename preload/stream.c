@@ -1401,14 +1401,23 @@ bool stream_tx_undelivered(void)
 	return false;
 }
 
+/* The segment a DATA, control or MOVE request opens with, or NULL when
+ * the request is too short for one (answered -EPROTO). */
+static const struct wire_seg *request_seg(struct rpc *rpc, struct rpc_req *req)
+{
+	const struct msgbuf *m = rpc_req_msg(req);
+	if (m->data_size >= sizeof(struct wire_seg))
+		return (const void *)m->buf;
+	respond_ack(rpc, req, -EPROTO, NULL);
+	return NULL;
+}
+
 static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 {
 	const struct msgbuf *m = rpc_req_msg(req);
-	if (m->data_size < sizeof(struct wire_seg)) {
-		respond_ack(rpc, req, -EPROTO, NULL);
+	const struct wire_seg *w = request_seg(rpc, req);
+	if (!w)
 		return;
-	}
-	const struct wire_seg *w = (const void *)m->buf;
 	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
 	if (!s || s->reset) {
 		respond_ack(rpc, req, -ECONNRESET, NULL);
@@ -1441,12 +1450,9 @@ static void handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 
 static void handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx)
 {
-	const struct msgbuf *m = rpc_req_msg(req);
-	if (m->data_size < sizeof(struct wire_seg)) {
-		respond_ack(rpc, req, -EPROTO, NULL);
+	const struct wire_seg *w = request_seg(rpc, req);
+	if (!w)
 		return;
-	}
-	const struct wire_seg *w = (const void *)m->buf;
 	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
 	uint8_t type = rpc_req_type(req);
 	if (!s) {
@@ -1681,12 +1687,9 @@ int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
 
 static void handle_move(struct rpc *rpc, struct rpc_req *req, void *ctx)
 {
-	const struct msgbuf *m = rpc_req_msg(req);
-	if (m->data_size < sizeof(struct wire_seg)) {
-		respond_ack(rpc, req, -EPROTO, NULL);
+	const struct wire_seg *w = request_seg(rpc, req);
+	if (!w)
 		return;
-	}
-	const struct wire_seg *w = (const void *)m->buf;
 	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
 	if (!s || s->reset || s->state != STREAM_OPEN || w->value == 0) {
 		respond_ack(rpc, req, -ECONNRESET, NULL);

@@ -225,7 +225,8 @@ void stream_test_set_fin_timeout(uint64_t ns)
 
 /* --- table --- */
 
-static struct stream *stream_alloc(void)
+/* A new stream of this process on rpc's session (one reference). */
+static struct stream *stream_alloc(struct rpc *rpc, int session)
 {
 	if (st_nfree == 0 && st_used == st_cap) {
 		uint32_t cap = st_cap ? st_cap * 2 : 256;
@@ -258,6 +259,9 @@ static struct stream *stream_alloc(void)
 	s->refs = 1;
 	s->ph_fd = -1;
 	s->born_fork = stream_forks;
+	s->rpc = rpc;
+	s->session = session;
+	s->token = rpc_session_token(rpc, session);
 	return s;
 }
 
@@ -985,12 +989,9 @@ int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct s
 		socklen_t dst_len, const struct sockaddr *src, socklen_t src_len,
 		struct stream **out)
 {
-	struct stream *s = stream_alloc();
+	struct stream *s = stream_alloc(rpc, session);
 	if (!s)
 		return -ENOMEM;
-	s->rpc = rpc;
-	s->session = session;
-	s->token = rpc_session_token(rpc, session);
 	s->file = file;
 	s->state = STREAM_OPENING;
 	memcpy(&s->peer, dst, dst_len);
@@ -1211,12 +1212,8 @@ static void handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 	/* A full queue refuses, as a SYN flood guard would; the kernel's
 	 * default somaxconn is the floor so small backlogs still work. */
 	int limit = l && l->backlog > 4096 ? l->backlog : 4096;
-	struct stream *s = l && l->queued < limit ? stream_alloc() : NULL;
+	struct stream *s = l && l->queued < limit ? stream_alloc(rpc, rpc_req_session(req)) : NULL;
 	if (s) {
-		int session = rpc_req_session(req);
-		s->rpc = rpc;
-		s->session = session;
-		s->token = rpc_session_token(rpc, session);
 		s->peer_sid = w->client_sid;
 		s->peer_window = w->window;
 		s->state = STREAM_OPEN;
@@ -1625,12 +1622,9 @@ int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
 	    len > STREAM_WINDOW || snap->local_len > sizeof(snap->local) ||
 	    snap->peer_len > sizeof(snap->peer))
 		return -EPROTO;
-	struct stream *s = stream_alloc();
+	struct stream *s = stream_alloc(rpc, session);
 	if (!s)
 		return -ENOMEM;
-	s->rpc = rpc;
-	s->session = session;
-	s->token = rpc_session_token(rpc, session);
 	s->peer_sid = snap->peer_sid;
 	s->peer_window = snap->peer_window;
 	s->state = STREAM_OPEN;

@@ -252,14 +252,11 @@ static bool lshare_keep_stream(struct stream *s, void *arg)
 
 /* Another process's offer this one took but will not accept now (two old
  * workers let go at once, one read the other's offer): passed on. */
-static void lshare_keep_offer(const struct listener_offer *lo, void *arg)
+static void lshare_keep_offer(const struct mgmt_offer *offer, void *arg)
 {
 	struct lshare_offers *o = arg;
 	if (lshare_offers_room(o))
-		o->v[o->n++] = (struct mgmt_offer){.pid = (uint32_t)lo->pid,
-						   .sid = lo->sid,
-						   .peer_sid = lo->peer_sid,
-						   .token = lo->token};
+		o->v[o->n++] = *offer;
 }
 
 const struct listener_keep lshare_keep = {.stream = lshare_keep_stream,
@@ -289,12 +286,10 @@ void lshare_on_offer(void *ctx, const struct sockaddr *addr, socklen_t len,
 	(void)len;
 	if (o->pid == (uint32_t)getpid())
 		return; /* our own, read before we let go: nobody here accepts it */
-	struct listener_offer lo = {.pid = (int)o->pid, .sid = o->sid, .peer_sid = o->peer_sid,
-				    .token = o->token};
 	ferry_internal_enter();
 	ferry_lock();
 	struct listener *l = listener_find(addr);
-	int rc = l ? listener_offer_add(l, &lo) : -ENOENT;
+	int rc = l ? listener_offer_add(l, o) : -ENOENT;
 	ferry_unlock();
 	ferry_internal_leave();
 	if (rc)

@@ -1000,7 +1000,7 @@ static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *a
 
 /* A connection another process queued and offered (lshare.h): a new
  * number whose stream that process hands over at first use. */
-static int sock_accepted_offer(struct fsock *lsk, const struct listener_offer *o,
+static int sock_accepted_offer(struct fsock *lsk, const struct mgmt_offer *o,
 			       struct sockaddr *addr, socklen_t *alen, int flags)
 {
 	struct ffile *nf;
@@ -1009,7 +1009,7 @@ static int sock_accepted_offer(struct fsock *lsk, const struct listener_offer *o
 		return nfd;
 	struct fsock *sk = nf->priv;
 	sk->state = FSOCK_REMOTE;
-	sk->remote_pid = o->pid;
+	sk->remote_pid = (pid_t)o->pid;
 	sk->remote_sid = o->sid;
 	sk->remote_peer_sid = o->peer_sid;
 	sk->remote_token = o->token;
@@ -1057,7 +1057,7 @@ static int sock_accept_wait(struct ffile *f, int fd, struct sockaddr *addr, sock
 	for (;;) {
 		ferry_lock();
 		struct stream *s = sk->lis ? listener_pop(sk->lis) : NULL;
-		struct listener_offer o;
+		struct mgmt_offer o;
 		bool offered = !s && sk->lis && listener_offer_pop(sk->lis, &o);
 		ferry_unlock();
 		if (s)

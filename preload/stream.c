@@ -1110,12 +1110,12 @@ struct listener *listener_find(const struct sockaddr *addr)
 	return NULL;
 }
 
-int listener_offer_add(struct listener *l, const struct listener_offer *o)
+int listener_offer_add(struct listener *l, const struct mgmt_offer *o)
 {
 	struct listener_offer *n = malloc(sizeof(*n));
 	if (!n)
 		return -ENOMEM;
-	*n = *o;
+	n->o = *o;
 	n->next = NULL;
 	if (!l->offers)
 		l->offers_tail = &l->offers;
@@ -1125,14 +1125,13 @@ int listener_offer_add(struct listener *l, const struct listener_offer *o)
 	return 0;
 }
 
-bool listener_offer_pop(struct listener *l, struct listener_offer *out)
+bool listener_offer_pop(struct listener *l, struct mgmt_offer *out)
 {
 	struct listener_offer *o = l->offers;
 	if (!o)
 		return false;
 	l->offers = o->next;
-	*out = *o;
-	out->next = NULL;
+	*out = o->o;
 	free(o);
 	if (!l->head && !l->offers)
 		ffile_notify(l->file, 0, 0);
@@ -1164,7 +1163,7 @@ void listener_remove(struct rpc *rpc, struct listener *l, const struct listener_
 	}
 	/* Offers not taken: handed on, or their owner resets them once
 	 * nobody takes them. */
-	struct listener_offer o;
+	struct mgmt_offer o;
 	while (listener_offer_pop(l, &o))
 		if (k && k->offer)
 			k->offer(&o, k->arg);

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "mgmt/mgmt.h"
 #include "preload/rxbuf.h"
 
 struct ffile;
@@ -95,12 +96,10 @@ struct stream {
 };
 
 /* A connection another process queued on a listener it let go of and
- * offered here (lshare.h): taken over at first use once accepted. */
+ * offered here (lshare.h): taken over once accepted. */
 struct listener_offer {
 	struct listener_offer *next;
-	int pid;
-	uint32_t sid, peer_sid;
-	uint64_t token;
+	struct mgmt_offer o;
 };
 
 struct listener {
@@ -163,7 +162,7 @@ struct listener *listener_add(const struct sockaddr *addr, socklen_t len, int ba
  * each offer not taken goes to offer. */
 struct listener_keep {
 	bool (*stream)(struct stream *s, void *arg);
-	void (*offer)(const struct listener_offer *o, void *arg);
+	void (*offer)(const struct mgmt_offer *o, void *arg);
 	void *arg;
 };
 /* Frees l, handing on what k takes (k may be NULL: everything is reset). */
@@ -172,9 +171,9 @@ struct stream *listener_pop(struct listener *l);
 /* The listener for addr's family and port, or NULL. */
 struct listener *listener_find(const struct sockaddr *addr);
 /* Queues an offer (copied); readable from now. -ENOMEM. */
-int listener_offer_add(struct listener *l, const struct listener_offer *o);
+int listener_offer_add(struct listener *l, const struct mgmt_offer *o);
 /* Takes the oldest offer into *out; false when none. */
-bool listener_offer_pop(struct listener *l, struct listener_offer *out);
+bool listener_offer_pop(struct listener *l, struct mgmt_offer *out);
 
 /* Frees every stream and listener without a word to any peer or file (a
  * daemon() child that starts a fresh ferry; tests). */

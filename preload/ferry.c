@@ -211,7 +211,7 @@ static void ferry_start_locked(void)
 	ferry.transport = nexus_transport(nx);
 	__atomic_store_n(&ferry.stats, nexus_stats(nx), __ATOMIC_RELEASE);
 	rpc_lock(ferry.rpc);
-	rc = stream_init(ferry.rpc);
+	rc = stream_init(ferry.rpc, ffile_notify);
 	rpc_unlock(ferry.rpc);
 	if (rc == 0) /* the next owner of a stream a child takes over dials us there */
 		rc = mgmt_answer_on_control(ferry.mgmt, ferry.rpc);

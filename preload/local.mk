@@ -10,7 +10,9 @@ libferry_la_SOURCES = \
 	preload/epoll.c preload/epoll.h \
 	preload/poll.c \
 	preload/rxbuf.c preload/rxbuf.h \
-	preload/stream.c preload/stream.h \
+	preload/stream.c preload/stream.h preload/stream_internal.h \
+	preload/stream_data.c preload/stream_open.c preload/stream_move.c \
+	preload/stream_wire.c preload/stream_wire.h preload/listener.c preload/listener.h \
 	preload/peercache.c preload/peercache.h \
 	preload/socket.c preload/sock.h \
 	preload/io.c \

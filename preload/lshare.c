@@ -16,6 +16,7 @@
 #include "preload/ferry.h"
 #include "preload/handover.h"
 #include "preload/libc.h"
+#include "preload/listener.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "transport/clock.h"

@@ -40,8 +40,6 @@ enum stream_state {
 	STREAM_FAILED,  /* refused or reset: err says why */
 };
 
-struct listener;
-
 struct stream {
 	uint32_t sid, peer_sid;
 	struct rpc *rpc; /* the endpoint that carries it */
@@ -95,32 +93,13 @@ struct stream {
 	uint64_t move_peer_tx;
 };
 
-/* A connection another process queued on a listener it let go of and
- * offered here (lshare.h): taken over once accepted. */
-struct listener_offer {
-	struct listener_offer *next;
-	struct mgmt_offer o;
-};
-
-struct listener {
-	struct sockaddr_storage addr;
-	socklen_t addr_len;
-	bool v6only; /* IPV6_V6ONLY: IPv4 peers belong to a listener beside it */
-	uint16_t port;
-	struct ffile *file;
-	int backlog;
-	int queued;
-	struct stream *head, *tail;
-	struct listener *next;
-	/* Another process may hold it (lshare.h): once this one lets go, an
-	 * OPEN that still comes here (a client's session leads here) is sent
-	 * back to the rendezvous (-ESTALE), where another holder answers. */
-	bool shared;
-	struct listener_offer *offers, **offers_tail; /* accepted after the queue */
-};
-
-/* Registers the request handlers and the session handler on rpc. */
-int stream_init(struct rpc *rpc);
+/* How the stream layer tells the owner of a file (the fd layer) that its
+ * readiness changed: mask is all it is ready for now, events what just
+ * became ready (EPOLL* bits). Called under the endpoint lock. */
+typedef void stream_ready_fn(struct ffile *file, uint32_t mask, uint32_t events);
+/* Registers the request handlers and the session handler on rpc; ready
+ * hears of every stream's and listener's readiness. */
+int stream_init(struct rpc *rpc, stream_ready_fn *ready);
 
 /* Starts a client stream on session: queues OPEN (sent at the next wait or
  * progress pass, see stream_tx_deferred) and returns at once (state
@@ -153,27 +132,6 @@ size_t stream_tx_queued(const struct stream *s);
 /* Takes the pending error (SO_ERROR). */
 int stream_take_error(struct stream *s);
 void stream_set_file(struct stream *s, struct ffile *file);
-
-/* Listeners: OPEN requests for a matching address land in one's queue. */
-struct listener *listener_add(const struct sockaddr *addr, socklen_t len, int backlog,
-			      struct ffile *file);
-/* What a listener going away may hand on: each stream still queued goes to
- * stream (which takes the queue's reference and returns true) or is reset;
- * each offer not taken goes to offer. */
-struct listener_keep {
-	bool (*stream)(struct stream *s, void *arg);
-	void (*offer)(const struct mgmt_offer *o, void *arg);
-	void *arg;
-};
-/* Frees l, handing on what k takes (k may be NULL: everything is reset). */
-void listener_remove(struct rpc *rpc, struct listener *l, const struct listener_keep *k);
-struct stream *listener_pop(struct listener *l);
-/* The listener for addr's family and port, or NULL. */
-struct listener *listener_find(const struct sockaddr *addr);
-/* Queues an offer (copied); readable from now. -ENOMEM. */
-int listener_offer_add(struct listener *l, const struct mgmt_offer *o);
-/* Takes the oldest offer into *out; false when none. */
-bool listener_offer_pop(struct listener *l, struct mgmt_offer *out);
 
 /* Frees every stream and listener without a word to any peer or file (a
  * daemon() child that starts a fresh ferry; tests). */

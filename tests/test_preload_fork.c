@@ -15,6 +15,7 @@
 
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
+#include "preload/listener.h"
 #include "preload_proc_util.h"
 #include "transport/stats.h"
 

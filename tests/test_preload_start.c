@@ -27,6 +27,7 @@
 
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
+#include "preload/listener.h"
 #include "preload_proc_util.h"
 
 /* One test at a time: with two workers in parallel, criterion's runner

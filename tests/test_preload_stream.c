@@ -19,6 +19,7 @@
 #include "preload/fdtable.h"
 #include "preload/libc.h"
 #include "preload/phpool.h"
+#include "preload/listener.h"
 #include "preload/stream.h"
 #include "rpc_pair.h"
 #include "transport/clock.h"
@@ -65,8 +66,8 @@ static void open_endpoints(const char *fault)
 	cr_assert_eq(rpc_pair_open(&P, "test", &cfg, why, sizeof(why)), 0, "%s", why);
 	rpc_lock(P.a);
 	rpc_lock(P.b);
-	cr_assert_eq(stream_init(P.a), 0);
-	cr_assert_eq(stream_init(P.b), 0);
+	cr_assert_eq(stream_init(P.a, ffile_notify), 0);
+	cr_assert_eq(stream_init(P.b, ffile_notify), 0);
 }
 
 static void clean(void)

@@ -1,0 +1,549 @@
+/* The stream data path: DATA and its answers, which carry the other
+ * side's reply and acknowledgements, WINDOW, FIN and RESET. */
+#include "autoconfig.h"
+
+#include "preload/stream_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "preload/ferry.h"
+#include "transport/clock.h"
+#include "transport/log.h"
+
+/* How long bytes that came in an answer may go unacknowledged before a
+ * WINDOW says so: long enough that the application's next request (a
+ * client's usual next move) carries it, short against SIOCOUTQ pollers. */
+#define STREAM_ACK_DELAY_NS (1000ull * 1000ull)
+static uint64_t st_ack_delay_ns = STREAM_ACK_DELAY_NS;
+
+void stream_test_set_ack_delay(uint64_t ns)
+{
+	st_ack_delay_ns = ns;
+}
+
+/* DATA requests waiting for their answer (see stream_run_once). */
+#define ACK_PENDING_MAX 256
+static struct {
+	struct rpc_req *req;
+	struct stream *s; /* referenced; NULL for an unknown stream */
+	int status;
+} ack_pending[ACK_PENDING_MAX];
+static unsigned ack_npending;
+
+void stream_data_forget(void)
+{
+	ack_npending = 0;
+}
+
+/* --- sending --- */
+
+static void stream_owe(struct stream *s, bool was_told)
+{
+	if (was_told)
+		s->owed_since = clock_now_ns();
+	if (s->on_owed)
+		return;
+	s->on_owed = true;
+	s->refs++;
+	s->owed_next = streams.owed_head;
+	streams.owed_head = s;
+	__atomic_store_n(&streams.work, 1, __ATOMIC_RELAXED);
+}
+
+/* Bytes the peer sent in an answer (its reply to our DATA). */
+static void stream_take_bytes(struct rpc *rpc, struct stream *s, const struct wire_ack *a,
+			      size_t len)
+{
+	if (s->reset || s->state != STREAM_OPEN) {
+		/* Nothing more for the application. Closed here: the writer is
+		 * reset, as TCP resets data sent to a closed socket (and as
+		 * stream_handle_data refuses DATA). */
+		if (!s->file && !s->ended && s->state == STREAM_OPEN &&
+		    stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, stream_ctl_cont) == 0)
+			s->ended = true;
+		return;
+	}
+	bool was_told = s->rx_told == s->rx.tail;
+	int rc = rxbuf_put(&s->rx, a->seq, a + 1, len);
+	if (rc) {
+		log_warn("stream %u: answer bytes at %llu+%zu refused (%d): resetting", s->sid,
+			 (unsigned long long)a->seq, len, rc);
+		stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, stream_ctl_cont);
+		stream_fail(s, ECONNRESET);
+		return;
+	}
+	stream_owe(s, was_told);
+	stream_notify(s, EPOLLIN);
+}
+
+void stream_ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
+{
+	struct stream_tx *tx = tag;
+	rpc_free_msg(rpc, tx->m);
+	struct stream *s = tx->s;
+	free(tx);
+	s->inflight--;
+	if (status == 0 && resp->data_size >= sizeof(struct wire_ack)) {
+		const struct wire_ack *a = (const void *)resp->buf;
+		stream_heard(s, a->consumed, a->received);
+		size_t len = resp->data_size - sizeof(*a);
+		if (len > 0 && a->status == 0)
+			stream_take_bytes(rpc, s, a, len);
+		if ((a->flags & ACK_FIN) && a->status == 0 && !s->rx_fin) {
+			s->rx_fin = s->ended = true;
+			s->fin_seq = a->seq + len;
+			stream_notify(s, EPOLLIN | EPOLLRDHUP);
+		}
+	}
+	stream_unlinger(s);
+	stream_put(s);
+}
+
+int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t value,
+			   rpc_cont_fn cont)
+{
+	if (s->moving && type != STREAM_REQ_MOVE) {
+		/* Nothing goes to the old owner: the new one hears it once it
+		 * attached (a WINDOW is said by the next message anyway). */
+		s->move_fin |= type == STREAM_REQ_FIN;
+		s->move_reset |= type == STREAM_REQ_RESET;
+		return 0;
+	}
+	struct stream_tx *tx = calloc(1, sizeof(*tx));
+	if (!tx)
+		return -ENOMEM;
+	struct msgbuf *m = rpc_alloc_msg(rpc, sizeof(struct wire_seg));
+	if (!m) {
+		free(tx);
+		return -ENOMEM;
+	}
+	struct wire_seg *w = (void *)m->buf;
+	*w = (struct wire_seg){.sid = s->peer_sid, .value = value};
+	stream_tell(s, &w->consumed, &w->received);
+	tx->s = s;
+	tx->m = m;
+	int rc = rpc_enqueue_request(rpc, s->session, type, m, cont, tx);
+	if (rc) {
+		rpc_free_msg(rpc, m);
+		free(tx);
+		return rc;
+	}
+	s->refs++;
+	s->inflight++;
+	/* A FIN waits for the application's next wait, as DATA does, so the
+	 * closes of one pass of its loop leave in one batch with its other
+	 * requests (a new connection's OPEN, say). */
+	if (type == STREAM_REQ_FIN)
+		stream_defer_tx();
+	else
+		streams.tx_pending = true;
+	return 0;
+}
+
+static void data_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
+{
+	struct stream_tx *tx = tag;
+	struct stream *s = tx->s;
+	if (status == 0 && resp->data_size >= sizeof(struct wire_ack)) {
+		const struct wire_ack *a = (const void *)resp->buf;
+		if (a->status < 0)
+			status = a->status;
+	} else if (status == 0) {
+		status = -EPROTO;
+	}
+	if (status < 0)
+		stream_fail(s, ECONNRESET);
+	stream_ctl_cont(rpc, status, status == 0 ? resp : NULL, tag);
+}
+
+static size_t iov_copy_from(uint8_t *dst, const struct iovec *iov, int iovcnt, size_t skip,
+			    size_t len)
+{
+	size_t done = 0;
+	for (int i = 0; i < iovcnt && done < len; i++) {
+		size_t l = iov[i].iov_len;
+		if (skip >= l) {
+			skip -= l;
+			continue;
+		}
+		size_t n = l - skip;
+		if (n > len - done)
+			n = len - done;
+		memcpy(dst + done, (const uint8_t *)iov[i].iov_base + skip, n);
+		done += n;
+		skip = 0;
+	}
+	return done;
+}
+
+/* Answers the peer's DATA, WINDOW, FIN or RESET req: status, and what s
+ * (if any) has read and received. A held answer may carry len bytes of
+ * ours from iov, at tx_seq, and flags (ACK_FIN). False when no buffer could
+ * be had: the answer went bare, which the transport treats as lost, so the
+ * peer retries and nothing it was to carry was said. */
+static bool stream_answer(struct rpc *rpc, struct rpc_req *req, struct stream *s, int status,
+			  uint32_t flags, const struct iovec *iov, int iovcnt, size_t len)
+{
+	struct msgbuf *m = rpc_resp_msg(rpc, req, (uint32_t)(sizeof(struct wire_ack) + len));
+	if (!m) {
+		rpc_respond(rpc, req); /* the handle goes back either way */
+		return false;
+	}
+	struct wire_ack *a = (void *)m->buf;
+	*a = (struct wire_ack){.status = status, .flags = flags};
+	if (s) {
+		a->seq = s->tx_seq;
+		stream_tell(s, &a->consumed, &a->received);
+	}
+	if (len)
+		iov_copy_from(m->buf + sizeof(*a), iov, iovcnt, 0, len);
+	rpc_respond(rpc, req);
+	return true;
+}
+
+void stream_respond_ack(struct rpc *rpc, struct rpc_req *req, int status, struct stream *s)
+{
+	stream_answer(rpc, req, s, status, 0, NULL, 0, 0);
+}
+
+/* Answers the peer's held DATA or FIN (see stream_answer). */
+bool stream_answer_held(struct rpc *rpc, struct stream *s, uint32_t flags,
+			       const struct iovec *iov, int iovcnt, size_t len)
+{
+	struct rpc_req *req = s->held;
+	s->held = NULL;
+	return stream_answer(rpc, req, s, 0, flags, iov, iovcnt, len);
+}
+
+/* Shuts our side: in the held answer when there is one, else as a FIN
+ * request. 0 or -errno. */
+int stream_send_fin(struct rpc *rpc, struct stream *s)
+{
+	if (!s->held || !stream_answer_held(rpc, s, ACK_FIN, NULL, 0, 0))
+		return stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, stream_ctl_cont);
+	stream_defer_tx();
+	return 0;
+}
+
+/* Sends the first bytes of a write inside the answer to the peer's held
+ * DATA: one packet's worth, no more, since a longer answer costs the
+ * peer a round trip per packet (RFRs) where DATA streams. Returns the
+ * bytes sent. */
+static size_t stream_send_in_answer(struct rpc *rpc, struct stream *s, const struct iovec *iov,
+				    int iovcnt, size_t len)
+{
+	uint32_t room = rpc_max_pkt_data(rpc);
+	room = room > sizeof(struct wire_ack) ? room - (uint32_t)sizeof(struct wire_ack) : 0;
+	if (len > room)
+		len = room;
+	if (len == 0 || !stream_answer_held(rpc, s, 0, iov, iovcnt, len))
+		return 0;
+	s->tx_seq += len;
+	stream_defer_tx();
+	return len;
+}
+
+ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt)
+{
+	if (s->state == STREAM_OPENING)
+		return -EAGAIN;
+	if (s->err)
+		return -stream_take_error(s);
+	if (s->wr_shut || s->reset || s->state != STREAM_OPEN)
+		return -EPIPE;
+	size_t total = 0;
+	for (int i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	if (total == 0)
+		return 0;
+	size_t done = 0;
+	if (s->held) {
+		size_t space = stream_tx_space(s);
+		done = stream_send_in_answer(rpc, s, iov, iovcnt, total < space ? total : space);
+	}
+	while (done < total) {
+		size_t chunk = stream_tx_space(s);
+		if (chunk == 0)
+			break;
+		if (chunk > total - done)
+			chunk = total - done;
+		if (chunk > STREAM_DATA_MAX)
+			chunk = STREAM_DATA_MAX;
+		struct stream_tx *tx = calloc(1, sizeof(*tx));
+		struct msgbuf *m = tx ? rpc_alloc_msg(rpc, (uint32_t)(sizeof(struct wire_seg) + chunk))
+				      : NULL;
+		if (!m) {
+			free(tx);
+			if (done == 0 && s->inflight == 0)
+				return -ENOBUFS;
+			break; /* memory comes back as requests complete */
+		}
+		struct wire_seg *w = (void *)m->buf;
+		*w = (struct wire_seg){.sid = s->peer_sid, .value = s->tx_seq};
+		stream_tell(s, &w->consumed, &w->received);
+		iov_copy_from(m->buf + sizeof(*w), iov, iovcnt, done, chunk);
+		tx->s = s;
+		tx->m = m;
+		int rc = rpc_enqueue_request(rpc, s->session, STREAM_REQ_DATA, m, data_cont, tx);
+		if (rc) {
+			rpc_free_msg(rpc, m);
+			free(tx);
+			stream_fail(s, ECONNRESET);
+			if (done)
+				break;
+			return -stream_take_error(s);
+		}
+		s->refs++;
+		s->inflight++;
+		stream_defer_tx();
+		tx->len = (uint32_t)chunk;
+		s->tx_seq += chunk;
+		done += chunk;
+	}
+	if (done == 0)
+		return -EAGAIN;
+	if (s->file && stream_tx_space(s) == 0)
+		stream_ready(s->file, stream_mask(s), 0);
+	return (ssize_t)done;
+}
+
+/* --- receiving --- */
+
+ssize_t stream_recv(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt,
+		    int flags)
+{
+	if (s->state == STREAM_OPENING)
+		return -EAGAIN;
+	size_t n;
+	if (flags & MSG_TRUNC) {
+		size_t want = 0;
+		for (int i = 0; i < iovcnt; i++)
+			want += iov[i].iov_len;
+		n = (flags & MSG_PEEK) ? (want < rxbuf_avail(&s->rx) ? want : rxbuf_avail(&s->rx))
+				       : rxbuf_skip(&s->rx, want);
+	} else {
+		n = rxbuf_read(&s->rx, iov, iovcnt, (flags & MSG_PEEK) != 0);
+	}
+	if (n > 0) {
+		if (!(flags & MSG_PEEK)) {
+			/* stream_send_ctl tells the peer rx.head (rx_advertised) */
+			if (!s->reset && s->state == STREAM_OPEN &&
+			    rxbuf_update_due(&s->rx, s->rx_advertised))
+				stream_send_ctl(rpc, s, STREAM_REQ_WINDOW, s->rx.head, stream_ctl_cont);
+			if (s->file && rxbuf_avail(&s->rx) == 0)
+				stream_ready(s->file, stream_mask(s), 0);
+		}
+		return (ssize_t)n;
+	}
+	/* As tcp_recvmsg: after the peer's FIN a read says EOF even once a
+	 * reset came; the error waits for a write or SO_ERROR. */
+	if (stream_fin_in(s))
+		return 0;
+	if (s->err)
+		return -stream_take_error(s);
+	if (stream_eof(s) || s->reset || s->state == STREAM_FAILED)
+		return 0;
+	return -EAGAIN;
+}
+
+int stream_shutdown(struct rpc *rpc, struct stream *s, int how)
+{
+	if (how == SHUT_RD || how == SHUT_RDWR)
+		s->rd_shut = true;
+	if ((how == SHUT_WR || how == SHUT_RDWR) && !s->wr_shut) {
+		s->wr_shut = true;
+		if (s->state == STREAM_OPEN && !s->reset && !s->fin_sent && stream_send_fin(rpc, s) == 0)
+			s->fin_sent = true;
+	}
+	stream_notify(s, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLHUP);
+	return 0;
+}
+
+unsigned stream_release_held(struct rpc *rpc)
+{
+	unsigned n = 0;
+	struct stream **pp = &streams.held_head;
+	while (*pp) {
+		struct stream *s = *pp;
+		if (s->rpc != rpc) { /* another endpoint's (tests run two) */
+			pp = &s->held_next;
+			continue;
+		}
+		*pp = s->held_next;
+		s->on_held = false;
+		if (s->held) {
+			stream_answer_held(rpc, s, 0, NULL, 0, 0);
+			n++;
+		}
+		stream_put(s);
+	}
+	stream_work_update();
+	return n;
+}
+
+/* Sends a WINDOW for bytes that came in answers and that no request of
+ * ours has acknowledged for STREAM_ACK_DELAY_NS (st_ack_delay_ns). */
+static unsigned stream_pay_owed(struct rpc *rpc)
+{
+	unsigned n = 0;
+	uint64_t now = 0;
+	struct stream **pp = &streams.owed_head;
+	while (*pp) {
+		struct stream *s = *pp;
+		if (s->rpc != rpc) {
+			pp = &s->owed_next;
+			continue;
+		}
+		bool owed = s->rx_told != s->rx.tail && !s->reset && s->state == STREAM_OPEN &&
+			    !s->moving;
+		if (owed) {
+			if (!now)
+				now = clock_now_ns();
+			if (now - s->owed_since < st_ack_delay_ns) {
+				pp = &s->owed_next;
+				continue;
+			}
+			if (stream_send_ctl(rpc, s, STREAM_REQ_WINDOW, s->rx.head, stream_ctl_cont) == 0)
+				n++;
+		}
+		*pp = s->owed_next;
+		s->on_owed = false;
+		stream_put(s);
+	}
+	return n;
+}
+
+unsigned stream_run_once(struct rpc *rpc)
+{
+	unsigned n = streams.held_head ? stream_release_held(rpc) : 0;
+	unsigned pkts = rpc_run_once(rpc);
+	unsigned k = ack_npending;
+	for (unsigned i = 0; i < k; i++) {
+		struct stream *s = ack_pending[i].s;
+		stream_respond_ack(rpc, ack_pending[i].req, ack_pending[i].status, s);
+		if (s)
+			stream_put(s);
+	}
+	ack_npending = 0;
+	n += k;
+	if (streams.owed_head)
+		n += stream_pay_owed(rpc);
+	stream_expire(rpc);
+	if (n)
+		stream_defer_tx();
+	stream_work_update();
+	return pkts;
+}
+
+/* Queues the answer for after the pass (see stream_run_once). */
+static void answer_later(struct rpc *rpc, struct rpc_req *req, struct stream *s, int status)
+{
+	if (ack_npending == ACK_PENDING_MAX) {
+		stream_respond_ack(rpc, req, status, s);
+		return;
+	}
+	ack_pending[ack_npending].req = req;
+	ack_pending[ack_npending].s = s;
+	ack_pending[ack_npending].status = status;
+	ack_npending++;
+	if (s)
+		s->refs++;
+}
+
+/* Holds a DATA answer for the application's reply (see stream_run_once). */
+static void stream_hold(struct rpc *rpc, struct rpc_req *req, struct stream *s)
+{
+	if (s->held)
+		stream_answer_held(rpc, s, 0, NULL, 0, 0); /* one per stream: the earlier goes now */
+	s->held = req;
+	if (!s->on_held) {
+		s->on_held = true;
+		s->refs++;
+		s->held_next = streams.held_head;
+		streams.held_head = s;
+	}
+	/* The application's next wait answers it (ferry_flush), or the
+	 * progress thread once the application has been away for a tick;
+	 * not "deferred", which would have that thread answer at once. */
+	__atomic_store_n(&streams.work, 1, __ATOMIC_RELAXED);
+}
+
+const struct wire_seg *stream_request_seg(struct rpc *rpc, struct rpc_req *req)
+{
+	const struct msgbuf *m = rpc_req_msg(req);
+	if (m->data_size >= sizeof(struct wire_seg))
+		return (const void *)m->buf;
+	stream_respond_ack(rpc, req, -EPROTO, NULL);
+	return NULL;
+}
+
+void stream_handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
+{
+	const struct msgbuf *m = rpc_req_msg(req);
+	const struct wire_seg *w = stream_request_seg(rpc, req);
+	if (!w)
+		return;
+	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
+	if (!s || s->reset) {
+		stream_respond_ack(rpc, req, -ECONNRESET, NULL);
+		if (s) { /* closed here: the peer's stream ends on the refusal */
+			s->ended = true;
+			stream_unlinger(s);
+		}
+		return;
+	}
+	stream_heard(s, w->consumed, w->received);
+	size_t len = m->data_size - sizeof(*w);
+	/*
+	 * One copy, here, as the kernel makes one. DESIGN.md hoped to hand the
+	 * receive buffer itself to the stream, but rpc.h gives a request's
+	 * msgbuf only for the handler's duration (the transport reassembles
+	 * and recycles it), so keeping it would need a transport change.
+	 */
+	int rc = rxbuf_put(&s->rx, w->value, m->buf + sizeof(*w), len);
+	if (rc) {
+		log_warn("stream %u: DATA at %llu+%zu refused (%d): resetting", s->sid,
+			 (unsigned long long)w->value, len, rc);
+		stream_send_ctl(rpc, s, STREAM_REQ_RESET, 0, stream_ctl_cont);
+		stream_fail(s, ECONNRESET);
+		stream_respond_ack(rpc, req, -ECONNRESET, NULL);
+		return;
+	}
+	stream_hold(rpc, req, s);
+	stream_notify(s, EPOLLIN);
+}
+
+void stream_handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx)
+{
+	const struct wire_seg *w = stream_request_seg(rpc, req);
+	if (!w)
+		return;
+	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
+	uint8_t type = rpc_req_type(req);
+	if (!s) {
+		answer_later(rpc, req, NULL, type == STREAM_REQ_WINDOW ? -ECONNRESET : 0);
+		return;
+	}
+	stream_heard(s, w->consumed, w->received);
+	switch (type) {
+	case STREAM_REQ_WINDOW:
+		break;
+	case STREAM_REQ_FIN:
+		s->rx_fin = s->ended = true;
+		s->fin_seq = w->value;
+		stream_notify(s, EPOLLIN | EPOLLRDHUP);
+		if (!s->reset && s->state == STREAM_OPEN) {
+			stream_hold(rpc, req, s); /* our close (or reply) may ride in it */
+			return;
+		}
+		break;
+	case STREAM_REQ_RESET:
+		stream_fail(s, ECONNRESET);
+		break;
+	}
+	answer_later(rpc, req, s, 0);
+	stream_unlinger(s);
+}

@@ -14,7 +14,9 @@ libferry_la_SOURCES = \
 	preload/stream_data.c preload/stream_open.c preload/stream_move.c \
 	preload/stream_wire.c preload/stream_wire.h preload/listener.c preload/listener.h \
 	preload/peercache.c preload/peercache.h \
-	preload/socket.c preload/sock.h \
+	preload/socket.c preload/sock.h preload/sock_internal.h \
+	preload/sock_connect.c preload/sock_listen.c preload/sockopt.c preload/fcntl.c \
+	preload/sockaddr.c preload/sockaddr.h \
 	preload/io.c \
 	preload/progress.c preload/progress.h \
 	preload/fork.c \

@@ -2,6 +2,7 @@
 #include "autoconfig.h"
 
 #include "preload/stream.h"
+#include "preload/stream_end.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1485,11 +1486,12 @@ static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_
 		struct stream *s = st_slots[i];
 		/* A peer that had shut its side (FIN) and sent everything before
 		 * it went away closed cleanly: reads end in EOF, writes fail; no
-		 * reset to report. Anything missing is a reset. A stream on its
-		 * way to another session (redirected) is not this one's any more,
-		 * and one the peer never answered goes there too. */
-		if (s && s->session == session && !s->redirect && !stream_open_again(s)) {
-			stream_fail(s, stream_fin_in(s) ? 0 : ECONNRESET);
+		 * reset to report. Otherwise as stream_end_error says. A stream on its
+		 * way to another session (redirected, or moving) is not this one's any
+		 * more, and one the peer never answered goes there too. */
+		if (s && s->session == session && !s->redirect && !stream_end_moving(s) &&
+		    !stream_open_again(s)) {
+			stream_fail(s, stream_end_error(s, err));
 			stream_unlinger(s);
 		}
 	}

@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "transport/procinfo.h"
 #include "transport/sys.h"
 
 /* The whole of a small /proc file, NUL-terminated; length or -errno. */
@@ -29,32 +29,6 @@ static ssize_t read_small(const char *path, char *buf, size_t cap)
 	return n;
 }
 
-/* Field 22 of /proc/PID/stat, counted after the command's closing ')' (the
- * command itself may hold spaces and parentheses). 0 when unreadable. */
-static uint64_t start_time(uint32_t pid)
-{
-	char path[64], buf[1024];
-	if (pid == 0)
-		snprintf(path, sizeof(path), "/proc/self/stat");
-	else
-		snprintf(path, sizeof(path), "/proc/%u/stat", pid);
-	if (read_small(path, buf, sizeof(buf)) <= 0)
-		return 0;
-	char *p = strrchr(buf, ')');
-	if (!p)
-		return 0;
-	/* ") S ppid ...": field 3 (state) is the first after the ')'. */
-	for (int field = 2; field < 22 && p; field++)
-		p = strchr(p + 1, ' ');
-	return p ? strtoull(p + 1, NULL, 10) : 0;
-}
-
-static uint64_t ns_inode(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
 /* FNV-1a: a stable mix, not a secret (a peer may claim any key; it only
  * decides whether we try its pid, which we then check). */
 static uint64_t mix(uint64_t h, const void *data, size_t len)
@@ -68,9 +42,9 @@ static uint64_t mix(uint64_t h, const void *data, size_t len)
 void mgmt_proc_self(struct mgmt_proc *out)
 {
 	char boot[64];
-	uint64_t pidns = ns_inode("/proc/self/ns/pid"), netns = ns_inode("/proc/self/ns/net");
+	uint64_t pidns = procinfo_ns_inode("pid"), netns = procinfo_ns_inode("net");
 	out->pid = (uint32_t)getpid();
-	out->start = start_time(0);
+	out->start = procinfo_start_time(0);
 	out->host = 0;
 	if (read_small("/proc/sys/kernel/random/boot_id", boot, sizeof(boot)) <= 0 || !pidns ||
 	    !netns || !out->start)
@@ -92,7 +66,7 @@ int mgmt_proc_watch(const struct mgmt_proc *self, const struct mgmt_proc *peer)
 	/* Read after the pidfd is held: if the pid still names the process
 	 * that spoke, the pidfd is of that process and not of a later one
 	 * given the same number. */
-	if (start_time(peer->pid) != peer->start) {
+	if (procinfo_start_time((pid_t)peer->pid) != peer->start) {
 		sys()->close(fd);
 		return -ESRCH;
 	}

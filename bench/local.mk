@@ -9,3 +9,6 @@ bench_ferry_bench_LDADD = libferry_core.la
 # shm_pingpong: bare shared-memory ping-pong and memcpy bandwidth, the softib baseline.
 noinst_PROGRAMS += bench/shm_pingpong
 bench_shm_pingpong_SOURCES = bench/shm_pingpong.c bench/pin.h
+# notice: how long a blocked reader takes to learn its server was SIGKILLed.
+noinst_PROGRAMS += bench/notice
+bench_notice_SOURCES = bench/notice.c

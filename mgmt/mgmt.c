@@ -321,10 +321,11 @@ static void shutdown_all(struct mgmt *m)
 	free(m->pfd_owner);
 }
 
-/* Fills m->pfd with every socket; returns the count (0 on -ENOMEM). */
-static nfds_t poll_set(struct mgmt *m)
+/* Fills m->pfd with every socket (*nsock of them), then the watched peers'
+ * pidfds; returns the count (0 on -ENOMEM). */
+static nfds_t poll_set(struct mgmt *m, nfds_t *nsock)
 {
-	size_t want = 3 + m->nlisteners;
+	size_t want = 3 + m->nlisteners + m->npidfds;
 	if (want > m->pfd_cap) {
 		struct pollfd *pfd = realloc(m->pfd, want * sizeof(*pfd));
 		if (pfd)
@@ -350,7 +351,8 @@ static nfds_t poll_set(struct mgmt *m)
 		m->pfd[n] = (struct pollfd){.fd = l->fd, .events = POLLIN};
 		m->pfd_owner[n++] = l;
 	}
-	return n;
+	*nsock = n;
+	return n + mgmt_peer_pidfds(m, m->pfd + n);
 }
 
 static void *mgmt_main(void *arg)
@@ -363,7 +365,8 @@ static void *mgmt_main(void *arg)
 			break;
 		int timeout = mgmt_timers(m, clock_now_ns());
 		completions_run(m);
-		nfds_t n = poll_set(m);
+		nfds_t nsock = 0;
+		nfds_t n = poll_set(m, &nsock);
 		if (n == 0) {
 			struct pollfd ev = {.fd = m->evfd, .events = POLLIN};
 			sys()->poll(&ev, 1, timeout < 10 ? timeout : 10);
@@ -372,9 +375,13 @@ static void *mgmt_main(void *arg)
 		if (sys()->poll(m->pfd, n, timeout) <= 0)
 			continue;
 		uint64_t now = clock_now_ns();
-		for (nfds_t i = 1; i < n; i++)
+		for (nfds_t i = 1; i < nsock; i++)
 			if (m->pfd[i].revents)
 				sock_drain(m, m->pfd[i].fd, m->pfd_owner[i], m->pfd[i].revents, now);
+		/* After the sockets: a dying peer's goodbye, if it said one, is in. */
+		for (nfds_t i = nsock; i < n; i++)
+			if (m->pfd[i].revents)
+				mgmt_on_peer_exit(m, m->pfd[i].fd, now);
 		completions_run(m);
 	}
 	thread_pause_running(&m->pause, false);
@@ -444,6 +451,7 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 	m->cfg = cfg;
 	m->stats = stats;
 	m->uuid = mgmt_net_random64();
+	mgmt_proc_self(&m->self);
 	m->queue_tail = &m->queue;
 	m->completions_tail = &m->completions;
 	m->ctl4 = m->ctl6 = m->evfd = -1;

@@ -2,9 +2,15 @@
  * The management thread: one per process, over kernel UDP whatever the
  * datapath. It answers rendezvous on listeners' UDP ports, runs the session
  * handshake (connect with retries, duplicate suppression by token,
- * disconnect), pings peers that share live sessions and declares a silent
- * peer dead after cfg->failure_timeout_ms, resetting its sessions so every
- * pending request completes with -ECONNRESET.
+ * disconnect), and watches the peers it shares live sessions with. A peer
+ * known to be gone has its sessions reset with -EOWNERDEAD: on this host the
+ * moment its process exits (a pidfd, mgmt_proc.h), elsewhere when its
+ * control port answers ICMP unreachable to a ping. A peer on another host
+ * that stays silent for cfg->failure_timeout_ms has them reset with
+ * -ETIMEDOUT; a silent peer on this host is stalled (stopped, debugged),
+ * not dead, and keeps them for as long as it lives, as kernel TCP keeps a
+ * stopped process's connections. Every pending request on a reset session
+ * completes with that error.
  *
  * It takes an endpoint's lock (rpc_lock) to install or reset sessions, so
  * none of these functions may be called with an rpc lock held.

@@ -22,6 +22,7 @@
 
 #include "mgmt/mgmt.h"
 #include "mgmt/mgmt_net.h"
+#include "mgmt/mgmt_proc.h"
 #include "mgmt/mgmt_wire.h"
 #include "transport/thread_pause.h"
 
@@ -36,6 +37,13 @@ struct mpeer {
 	uint64_t last_heard_ns;
 	uint64_t next_ping_ns;
 	unsigned nsessions;
+	/* A process on this host: polls readable once it is gone (-1: another
+	 * host, or it could not be watched). Silence from a watched peer is a
+	 * stall, never a death, so it is pinged once (for its control address)
+	 * and then left alone. */
+	int pidfd;
+	bool pinged;
+	bool gone; /* it had exited before it could be watched */
 };
 
 /* A session mgmt made. Closed server sessions stay a while as tombstones. */
@@ -96,6 +104,7 @@ struct mgmt {
 	const struct ferry_config *cfg;
 	struct ferry_stats *stats;
 	uint64_t uuid;
+	struct mgmt_proc self; /* told to peers at the handshake */
 	pthread_t thread;
 	int evfd;
 	int ctl4, ctl6; /* control sockets, IP_RECVERR on; ctl6 -1 without IPv6 */
@@ -117,6 +126,7 @@ struct mgmt {
 	struct pending *pendings;
 	struct msess *sessions;
 	struct mpeer *peers;
+	unsigned npidfds; /* peers with a pidfd: the poll set holds them */
 	uint64_t next_sweep_ns;
 	struct waiter *completions, **completions_tail; /* async done() calls due */
 };
@@ -133,6 +143,10 @@ void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t 
 		      const struct sockaddr *src, socklen_t srclen, uint64_t now);
 /* An ICMP error (err, a positive errno) for a datagram sent to dest. */
 void mgmt_on_icmp_error(struct mgmt *m, const struct mgmt_addr *dest, int err);
+/* The peer process watched by pidfd is gone. */
+void mgmt_on_peer_exit(struct mgmt *m, int pidfd, uint64_t now);
+/* Writes the pidfds of watched peers into pfd (room for m->npidfds). */
+size_t mgmt_peer_pidfds(struct mgmt *m, struct pollfd *pfd);
 /* Runs retries, heartbeats and failure checks that are due; returns the
  * poll timeout in ms until the next one. */
 int mgmt_timers(struct mgmt *m, uint64_t now);

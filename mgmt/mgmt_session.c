@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mgmt/mgmt_internal.h"
 #include "transport/clock.h"
@@ -19,6 +20,7 @@
 #include "transport/pkthdr.h"
 #include "transport/rpc.h"
 #include "transport/stats.h"
+#include "transport/sys.h"
 
 /* First CONNECT_REQ retry; doubles up to the cap. */
 #define RETRY_FIRST_NS (10 * MGMT_MS)
@@ -120,9 +122,25 @@ static struct mpeer *peer_find(struct mgmt *m, uint64_t uuid)
 	return NULL;
 }
 
-/* The peer's record, made on its first session; seen is where it spoke from. */
+/* Watches a new peer's process when it lives on this host. */
+static void peer_watch(struct mgmt *m, struct mpeer *p, const struct mgmt_proc *proc)
+{
+	int fd = mgmt_proc_watch(&m->self, proc);
+	if (fd >= 0) {
+		p->pidfd = fd;
+		m->npidfds++;
+	} else if (fd == -ESRCH) {
+		p->gone = true; /* exited between its message and now */
+	} else if (fd != -EREMOTE) {
+		log_debug("mgmt: cannot watch peer process %u (%d); its silence counts", proc->pid,
+			  fd);
+	}
+}
+
+/* The peer's record, made on its first session; seen is where it spoke
+ * from, proc who it says it is. */
 static struct mpeer *peer_get(struct mgmt *m, uint64_t uuid, const struct mgmt_addr *seen,
-			      uint64_t now)
+			      const struct mgmt_proc *proc, uint64_t now)
 {
 	struct mpeer *p = peer_find(m, uuid);
 	if (!p) {
@@ -130,9 +148,11 @@ static struct mpeer *peer_get(struct mgmt *m, uint64_t uuid, const struct mgmt_a
 		if (!p)
 			return NULL;
 		p->uuid = uuid;
+		p->pidfd = -1;
 		p->next = m->peers;
 		m->peers = p;
 		p->next_ping_ns = now + (uint64_t)m->cfg->heartbeat_ms * MGMT_MS;
+		peer_watch(m, p, proc);
 	}
 	if (!p->addr_from_ping)
 		p->addr = *seen;
@@ -146,6 +166,10 @@ static void peer_free(struct mgmt *m, struct mpeer *p)
 	for (struct mpeer **pp = &m->peers; *pp; pp = &(*pp)->next) {
 		if (*pp == p) {
 			*pp = p->next;
+			if (p->pidfd >= 0) {
+				sys()->close(p->pidfd);
+				m->npidfds--;
+			}
 			free(p);
 			return;
 		}
@@ -233,6 +257,17 @@ static bool sess_alive(struct msess *s)
 	return ok;
 }
 
+/* The peer sent its last packets (a FIN, say) on the datapath before its
+ * goodbye or its death, but whoever runs the endpoint reads them: take them
+ * in first, or a clean close would look like a reset. */
+static void sess_take_in(struct msess *s)
+{
+	rpc_lock(s->rpc);
+	for (int i = 0; i < 64 && rpc_run_once(s->rpc); i++)
+		;
+	rpc_unlock(s->rpc);
+}
+
 /* ---- connects (client side) ---- */
 
 static void pending_unlink(struct mgmt *m, struct pending *p)
@@ -266,7 +301,8 @@ static void pending_finish(struct mgmt *m, struct pending *p, int result)
 static void pending_send(struct mgmt *m, struct pending *p, uint64_t now)
 {
 	struct mgmt_msg req = {.type = MGMT_CONNECT_REQ, .token = p->token, .uuid = m->uuid,
-			       .session = (uint16_t)p->session, .data_per_pkt = p->max_data};
+			       .session = (uint16_t)p->session, .data_per_pkt = p->max_data,
+			       .proc = m->self};
 	rpc_lock(p->rpc);
 	rpc_local_route(p->rpc, &req.route);
 	rpc_unlock(p->rpc);
@@ -359,7 +395,7 @@ static void on_connect_resp(struct mgmt *m, const struct mgmt_msg *msg, const st
 		pending_finish(m, p, -msg->status);
 		return;
 	}
-	struct mpeer *peer = peer_get(m, msg->uuid, from, now);
+	struct mpeer *peer = peer_get(m, msg->uuid, from, &msg->proc, now);
 	if (!peer) {
 		send_disconnect(m, msg->token, msg->uuid, from);
 		pending_finish(m, p, -ENOMEM);
@@ -390,8 +426,7 @@ static void on_connect_resp(struct mgmt *m, const struct mgmt_msg *msg, const st
 	pending_finish(m, p, s->session);
 }
 
-/* Fails the attempt at dest: the kernel says nothing listens there. */
-static void peer_dead(struct mgmt *m, struct mpeer *p, uint64_t now);
+static void peer_dead(struct mgmt *m, struct mpeer *p, int err, uint64_t now);
 
 void mgmt_on_icmp_error(struct mgmt *m, const struct mgmt_addr *dest, int err)
 {
@@ -415,7 +450,7 @@ void mgmt_on_icmp_error(struct mgmt *m, const struct mgmt_addr *dest, int err)
 			log_info("mgmt: peer %016llx is gone (its control port is closed); resetting "
 				 "its sessions",
 				 (unsigned long long)p->uuid);
-			peer_dead(m, p, clock_now_ns());
+			peer_dead(m, p, -EOWNERDEAD, clock_now_ns());
 			return;
 		}
 	}
@@ -448,7 +483,8 @@ static void on_connect_req(struct mgmt *m, struct rpc *rpc, int fd, const struct
 		stats_inc(m->stats->mgmt_drops);
 		return;
 	}
-	struct mgmt_msg resp = {.type = MGMT_CONNECT_RESP, .token = msg->token, .uuid = m->uuid};
+	struct mgmt_msg resp = {.type = MGMT_CONNECT_RESP, .token = msg->token, .uuid = m->uuid,
+				.proc = m->self};
 	struct nic_route local;
 	rpc_lock(rpc);
 	rpc_local_route(rpc, &local);
@@ -461,7 +497,7 @@ static void on_connect_req(struct mgmt *m, struct rpc *rpc, int fd, const struct
 		rc = -EPROTONOSUPPORT;
 	else if (msg->data_per_pkt < RPC_MIN_PKT_DATA)
 		rc = -EINVAL;
-	struct mpeer *peer = rc ? NULL : peer_get(m, msg->uuid, from, now);
+	struct mpeer *peer = rc ? NULL : peer_get(m, msg->uuid, from, &msg->proc, now);
 	if (!rc && !peer)
 		rc = -ENOMEM;
 	if (!rc) {
@@ -539,13 +575,7 @@ void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t 
 		struct msess *s = sess_find_token(m, msg.uuid, msg.token);
 		if (!s)
 			break;
-		/* The peer sent its last packets (a FIN, say) on the datapath
-		 * before this goodbye, but whoever runs the endpoint reads them:
-		 * take them in first, or a clean close would look like a reset. */
-		rpc_lock(s->rpc);
-		for (int i = 0; i < 64 && rpc_run_once(s->rpc); i++)
-			;
-		rpc_unlock(s->rpc);
+		sess_take_in(s);
 		sess_close(m, s, -ENOTCONN, false, now);
 		break;
 	}
@@ -589,7 +619,9 @@ int mgmt_sess_peer_addr(struct mgmt *m, struct rpc *rpc, int session, struct mgm
 
 /* ---- timers ---- */
 
-static void peer_dead(struct mgmt *m, struct mpeer *p, uint64_t now)
+/* Resets every session shared with p (err: -EOWNERDEAD when its process is
+ * known to be gone, -ETIMEDOUT when it was silent too long) and frees p. */
+static void peer_dead(struct mgmt *m, struct mpeer *p, int err, uint64_t now)
 {
 	stats_inc(m->stats->dead_peers);
 	/* sess_close frees p with its last session; stop before touching it. */
@@ -599,10 +631,39 @@ static void peer_dead(struct mgmt *m, struct mpeer *p, uint64_t now)
 		struct msess *next = s->next;
 		if (s->up && s->peer == p) {
 			left--;
-			sess_close(m, s, -ECONNRESET, false, now);
+			if (err == -EOWNERDEAD)
+				sess_take_in(s);
+			sess_close(m, s, err, false, now);
 		}
 		s = next;
 	}
+}
+
+void mgmt_on_peer_exit(struct mgmt *m, int pidfd, uint64_t now)
+{
+	/* The poll that said so may be older than the sockets' messages just
+	 * handled: a peer that said goodbye was freed and its pidfd's number
+	 * may already name a new peer's. Only a pidfd readable now is a death. */
+	struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+	if (sys()->poll(&pfd, 1, 0) != 1 || !(pfd.revents & POLLIN))
+		return;
+	for (struct mpeer *p = m->peers; p; p = p->next) {
+		if (p->pidfd == pidfd) {
+			log_info("mgmt: peer %016llx exited; ending its sessions",
+				 (unsigned long long)p->uuid);
+			peer_dead(m, p, -EOWNERDEAD, now);
+			return;
+		}
+	}
+}
+
+size_t mgmt_peer_pidfds(struct mgmt *m, struct pollfd *pfd)
+{
+	size_t n = 0;
+	for (struct mpeer *p = m->peers; p; p = p->next)
+		if (p->pidfd >= 0)
+			pfd[n++] = (struct pollfd){.fd = p->pidfd, .events = POLLIN};
+	return n;
 }
 
 /* Whether p's datapath spoke lately: a peer whose packets keep coming
@@ -689,12 +750,23 @@ int mgmt_timers(struct mgmt *m, uint64_t now)
 	struct mpeer *peer = m->peers;
 	while (peer) {
 		struct mpeer *pnext = peer->next;
-		if (now - peer->last_heard_ns >= fail_ns &&
+		if (peer->gone) {
+			peer_dead(m, peer, -EOWNERDEAD, now);
+		} else if (peer->pidfd >= 0) {
+			/* Its death polls; its silence is a stall. One ping shows
+			 * it our control socket (handover dials it there). */
+			if (!peer->pinged && now >= peer->next_ping_ns) {
+				send_ctl(m, MGMT_PING, 0, &peer->addr);
+				peer->pinged = true;
+			}
+			if (!peer->pinged && peer->next_ping_ns < next)
+				next = peer->next_ping_ns;
+		} else if (now - peer->last_heard_ns >= fail_ns &&
 		    !peer_heard_on_datapath(m, peer, now, fail_ns)) {
 			log_warn("mgmt: peer %016llx silent for %u ms, declared dead; resetting its "
 				 "sessions",
 				 (unsigned long long)peer->uuid, m->cfg->failure_timeout_ms);
-			peer_dead(m, peer, now);
+			peer_dead(m, peer, -ETIMEDOUT, now);
 		} else {
 			if (now >= peer->next_ping_ns) {
 				send_ctl(m, MGMT_PING, 0, &peer->addr);
@@ -772,9 +844,6 @@ void mgmt_sess_shutdown(struct mgmt *m)
 		}
 		free(s);
 	}
-	while (m->peers) {
-		struct mpeer *p = m->peers;
-		m->peers = p->next;
-		free(p);
-	}
+	while (m->peers)
+		peer_free(m, m->peers);
 }

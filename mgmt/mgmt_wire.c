@@ -8,15 +8,17 @@
 
 /*
  * Header:       magic u32, version u8, type u8, body length u16, token u64, uuid u64
- * CONNECT_REQ:  session u16, zero u16, data_per_pkt u32, route (48)
- * CONNECT_RESP: status u32, session u16, zero u16, data_per_pkt u32, route (48)
+ * CONNECT_REQ:  session u16, zero u16, data_per_pkt u32, route (50), proc (24)
+ * CONNECT_RESP: status u32, session u16, zero u16, data_per_pkt u32, route (50), proc (24)
+ * proc:         host u64, pid u32, zero u32, start u64
  * DISCONNECT:   to u64 (the uuid of the process meant)
  * OFFER:        pid u32, sid u32, peer_sid u32, zero u32
  * PING, PONG:   no body
  */
 #define ROUTE_WIRE_SIZE (2u + NIC_ROUTE_BYTES)
-#define REQ_BODY (8u + ROUTE_WIRE_SIZE)
-#define RESP_BODY (12u + ROUTE_WIRE_SIZE)
+#define PROC_WIRE_SIZE 24u
+#define REQ_BODY (8u + ROUTE_WIRE_SIZE + PROC_WIRE_SIZE)
+#define RESP_BODY (12u + ROUTE_WIRE_SIZE + PROC_WIRE_SIZE)
 _Static_assert(MGMT_WIRE_HDR_SIZE + RESP_BODY <= MGMT_WIRE_MAX_SIZE, "buffer bound");
 
 static void put16(uint8_t *p, uint16_t v)
@@ -85,6 +87,22 @@ static int get_route(const uint8_t *p, struct nic_route *r)
 	return 0;
 }
 
+static void put_proc(uint8_t *p, const struct mgmt_proc *pr)
+{
+	put64(p, pr->host);
+	put32(p + 8, pr->pid);
+	put32(p + 12, 0);
+	put64(p + 16, pr->start);
+}
+
+static int get_proc(const uint8_t *p, struct mgmt_proc *pr)
+{
+	pr->host = get64(p);
+	pr->pid = get32(p + 8);
+	pr->start = get64(p + 16);
+	return get32(p + 12) == 0 ? 0 : -EBADMSG;
+}
+
 size_t mgmt_wire_encode(const struct mgmt_msg *msg, uint8_t *buf)
 {
 	size_t body = body_size(msg->type);
@@ -103,6 +121,7 @@ size_t mgmt_wire_encode(const struct mgmt_msg *msg, uint8_t *buf)
 		put16(b + 2, 0);
 		put32(b + 4, msg->data_per_pkt);
 		put_route(b + 8, &msg->route);
+		put_proc(b + 8 + ROUTE_WIRE_SIZE, &msg->proc);
 		break;
 	case MGMT_CONNECT_RESP:
 		put32(b, (uint32_t)msg->status);
@@ -110,6 +129,7 @@ size_t mgmt_wire_encode(const struct mgmt_msg *msg, uint8_t *buf)
 		put16(b + 6, 0);
 		put32(b + 8, msg->data_per_pkt);
 		put_route(b + 12, &msg->route);
+		put_proc(b + 12 + ROUTE_WIRE_SIZE, &msg->proc);
 		break;
 	case MGMT_DISCONNECT:
 		put64(b, msg->to);
@@ -145,6 +165,8 @@ int mgmt_wire_decode(const uint8_t *buf, size_t len, struct mgmt_msg *out)
 			return -EBADMSG;
 		out->session = get16(b);
 		out->data_per_pkt = get32(b + 4);
+		if (get_proc(b + 8 + ROUTE_WIRE_SIZE, &out->proc) < 0)
+			return -EBADMSG;
 		return get_route(b + 8, &out->route);
 	case MGMT_CONNECT_RESP:
 		out->status = (int32_t)get32(b);
@@ -152,6 +174,8 @@ int mgmt_wire_decode(const uint8_t *buf, size_t len, struct mgmt_msg *out)
 			return -EBADMSG;
 		out->session = get16(b + 4);
 		out->data_per_pkt = get32(b + 8);
+		if (get_proc(b + 12 + ROUTE_WIRE_SIZE, &out->proc) < 0)
+			return -EBADMSG;
 		return get_route(b + 12, &out->route);
 	case MGMT_DISCONNECT:
 		out->to = get64(b);

@@ -9,12 +9,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mgmt/mgmt_proc.h"
 #include "transport/nic.h"
 
 /* "FMG1" little-endian; its first byte is not PKTHDR_MAGIC, so a datagram
  * sent to the wrong port by either side is refused by the other's checks. */
 #define MGMT_WIRE_MAGIC 0x31474d46u
-#define MGMT_WIRE_VERSION 2
+#define MGMT_WIRE_VERSION 3
 #define MGMT_WIRE_HDR_SIZE 24u
 #define MGMT_WIRE_MAX_SIZE 128u
 
@@ -31,9 +32,10 @@ enum mgmt_msg_type {
  * One message in host order. Every message names the session (token; 0 for
  * PING/PONG) and its sender's process (uuid). Which other fields carry
  * meaning depends on the type:
- *   CONNECT_REQ   route, session, data_per_pkt (the client's maximum)
+ *   CONNECT_REQ   route, session, data_per_pkt (the client's maximum),
+ *                 proc (the sender's process)
  *   CONNECT_RESP  status (0 or a positive errno), route, session,
- *                 data_per_pkt (the agreed payload per packet)
+ *                 data_per_pkt (the agreed payload per packet), proc
  */
 struct mgmt_msg {
 	enum mgmt_msg_type type;
@@ -52,6 +54,9 @@ struct mgmt_msg {
 	 * queued on a shared listener it let go of, stream sid there, the
 	 * peer's peer_sid; whoever reads it may take it over. */
 	uint32_t pid, sid, peer_sid;
+	/* CONNECT_REQ/RESP: who sent it, so a peer on the same host can watch
+	 * for its death (mgmt_proc.h). */
+	struct mgmt_proc proc;
 };
 
 /* Writes msg into buf (at least MGMT_WIRE_MAX_SIZE bytes); returns the length. */

@@ -210,6 +210,8 @@ uint32_t stream_mask(const struct stream *s)
 {
 	if (s->state == STREAM_OPENING)
 		return 0;
+	if (s->write_draws_reset) /* CLOSE_WAIT as tcp_poll shows it */
+		return EPOLLIN | EPOLLRDHUP | EPOLLOUT;
 	if (s->state == STREAM_FAILED || s->reset) {
 		uint32_t m = EPOLLIN | EPOLLOUT | EPOLLHUP | EPOLLRDHUP;
 		return s->err ? m | EPOLLERR : m;
@@ -457,11 +459,12 @@ static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_
 		struct stream *s = streams.slots[i];
 		/* A peer that had shut its side (FIN) and sent everything before
 		 * it went away closed cleanly: reads end in EOF, writes fail; no
-		 * reset to report. Anything missing is a reset. A stream on its
-		 * way to another session (redirected) is not this one's any more,
-		 * and one the peer never answered goes there too. */
-		if (s && s->session == session && !s->redirect && !stream_open_again(s)) {
-			stream_fail(s, stream_fin_in(s) ? 0 : ECONNRESET);
+		 * reset to report. Otherwise as stream_end_error says. A stream on its
+		 * way to another session (redirected, or moving) is not this one's any
+		 * more, and one the peer never answered goes there too. */
+		if (s && s->session == session && !s->redirect && !stream_end_moving(s) &&
+		    !stream_open_again(s)) {
+			stream_end(s, err);
 			stream_unlinger(s);
 		}
 	}

@@ -73,6 +73,7 @@ struct stream {
 	 * connections at once, here or at the peer. -1: none. */
 	int ph_fd;
 	bool ended;   /* the peer's direction is over: its FIN, or a reset */
+	bool write_draws_reset; /* ended cleanly, the peer's socket gone (stream_end) */
 	bool ph_wait; /* closed, holding a reference for ph_fd until ended */
 	uint64_t closed_ns; /* when ph_wait began (CLOCK_MONOTONIC_COARSE) */
 	struct stream *accept_next;

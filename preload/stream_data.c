@@ -252,11 +252,13 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 		return -EAGAIN;
 	if (s->err)
 		return -stream_take_error(s);
-	if (s->wr_shut || s->reset || s->state != STREAM_OPEN)
-		return -EPIPE;
 	size_t total = 0;
 	for (int i = 0; i < iovcnt; i++)
 		total += iov[i].iov_len;
+	if (s->write_draws_reset && total)
+		return stream_end_write(s, total);
+	if (s->wr_shut || s->reset || s->state != STREAM_OPEN)
+		return -EPIPE;
 	if (total == 0)
 		return 0;
 	size_t done = 0;

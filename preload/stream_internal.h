@@ -8,6 +8,9 @@
 #ifndef FERRY_PRELOAD_STREAM_INTERNAL_H
 #define FERRY_PRELOAD_STREAM_INTERNAL_H
 
+#include <stddef.h>
+#include <sys/types.h>
+
 #include "preload/listener.h"
 #include "preload/stream.h"
 #include "preload/stream_wire.h"
@@ -75,6 +78,32 @@ static inline void stream_defer_tx(void)
 /* Lets go of what waited too long: lingering closed streams, streams
  * whose new owner never attached. */
 void stream_expire(struct rpc *rpc);
+
+/* stream_end.c: how a stream ends when its session goes away, as kernel
+ * TCP would have ended it. */
+/* Whether s outlives its session: the peer is handing it to another
+ * process, which continues it on a session of its own (stream_restore),
+ * so the old owner's end is not the stream's. */
+bool stream_end_moving(const struct stream *s);
+
+/*
+ * The error the stream fails with (0: a clean end, EOF after the bytes
+ * already here) when its session ended with err (a negative errno,
+ * mgmt.h): -EOWNERDEAD when the peer process is gone, whose kernel would
+ * have closed its socket with a FIN, or with a RST where bytes of ours lay
+ * unread there; -ETIMEDOUT when the peer stayed silent too long; anything
+ * else is a reset. A peer that had shut its side and sent everything before
+ * it went closed cleanly whatever the reason.
+ */
+int stream_end_error(const struct stream *s, int err);
+
+/* Ends s as its session ended with err (stream_end_error). Where that is a
+ * clean end, the peer's socket is gone all the same: as over the kernel,
+ * the next write still leaves, and the reset it draws answers later calls
+ * (stream_end_write). */
+void stream_end(struct stream *s, int err);
+/* That write: len bytes taken (and dropped); the stream has EPIPE to say. */
+ssize_t stream_end_write(struct stream *s, size_t len);
 
 /* stream_data.c */
 int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t value,

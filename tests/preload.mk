@@ -6,6 +6,7 @@ tests_sockets_sockcheck_SOURCES = tests/sockets/harness.c tests/sockets/harness.
 	tests/sockets/scen_fortify.c tests/sockets/scen_misc.c tests/sockets/scen_flow.c
 tests_sockets_sockcheck_LDADD = $(PTHREAD_LIBS)
 tests_sockets_sockcheck_SOURCES += tests/sockets/scen_handover.c
+tests_sockets_sockcheck_SOURCES += tests/sockets/scen_liveness.c
 TESTS += tests/sockets/check.sh
 EXTRA_DIST += tests/sockets/check.sh tests/integration/lib.sh
 # tests/integration: real servers and clients preloaded (transport: FERRY_TEST_TRANSPORT, default udp).
@@ -16,7 +17,7 @@ tests_integration_connhold_SOURCES = tests/integration/connhold.c
 FERRY_INTEGRATION_TESTS = tests/integration/ferry_run.sh tests/integration/redis.sh tests/integration/memcached.sh \
 	tests/integration/mixed.sh tests/integration/kill.sh tests/integration/idle.sh \
 	tests/integration/process.sh tests/integration/nginx.sh tests/integration/postgres.sh \
-	tests/integration/nginx_reload.sh
+	tests/integration/nginx_reload.sh tests/integration/fault.sh
 TESTS += $(FERRY_INTEGRATION_TESTS)
 EXTRA_DIST += $(FERRY_INTEGRATION_TESTS)
 # The same tests over other datapaths: make check-transport FERRY_TEST_TRANSPORT='udp softib'

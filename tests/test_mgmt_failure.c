@@ -1,7 +1,8 @@
 /*
- * Failure detection: a server process killed with requests pending. Every
- * continuation completes with -ECONNRESET once heartbeats go unanswered,
- * and the client stays usable.
+ * Failure detection: a server process on this host killed with requests
+ * pending is noticed the moment it dies (its pidfd), not a failure timeout
+ * later: every continuation completes with -EOWNERDEAD and the client stays
+ * usable. A stopped one is stalled, not dead, however long it is silent.
  */
 #include "autoconfig.h"
 
@@ -19,10 +20,12 @@
 #define FAILURE_MS 300
 #define HEARTBEAT_MS 50
 #define PENDING 4
+/* Longer than any test's own timeout: only a death notice ends a wait. */
+#define PATIENT_MS 600000
 
-static struct tmu_server server_start(void)
+static struct tmu_server server_start(unsigned failure_ms)
 {
-	struct ferry_config cfg = tmu_config(FAILURE_MS, HEARTBEAT_MS);
+	struct ferry_config cfg = tmu_config(failure_ms, HEARTBEAT_MS);
 	return tmu_server_fork(&cfg);
 }
 
@@ -46,8 +49,8 @@ static void pending_cont(struct rpc *rpc, int status, const struct msgbuf *resp,
 Test(mgmt_failure, killed_server_fails_pending_requests_and_client_recovers, .timeout = 60)
 {
 	/* The first server is forked before this process has threads. */
-	struct tmu_server srv = server_start();
-	struct nexus *nx = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	struct tmu_server srv = server_start(PATIENT_MS);
+	struct nexus *nx = tmu_nexus(PATIENT_MS, HEARTBEAT_MS);
 	struct rpc *rpc = nexus_rpc(nx);
 	int s = connect_to(nx, srv.port);
 	cr_assert_geq(s, 0, "connect: %s", strerror(-s));
@@ -74,9 +77,9 @@ Test(mgmt_failure, killed_server_fails_pending_requests_and_client_recovers, .ti
 	while (atomic_load(&completed) < PENDING)
 		tmu_turn(rpc);
 	cr_log_info("pending requests failed %llu ms after the kill (failure timeout %u ms)",
-		    (unsigned long long)((clock_now_ns() - t0) / 1000000), FAILURE_MS);
+		    (unsigned long long)((clock_now_ns() - t0) / 1000000), PATIENT_MS);
 	for (int i = 0; i < PENDING; i++)
-		cr_assert_eq(statuses[i], -ECONNRESET, "request %d: %d", i, statuses[i]);
+		cr_assert_eq(statuses[i], -EOWNERDEAD, "request %d: %d", i, statuses[i]);
 	cr_assert_eq(nexus_stats(nx)->dead_peers, 1);
 	cr_assert_eq(nexus_stats(nx)->sessions_closed, 1);
 	rpc_lock(rpc);
@@ -86,7 +89,7 @@ Test(mgmt_failure, killed_server_fails_pending_requests_and_client_recovers, .ti
 	rpc_unlock(rpc);
 
 	/* The process is fine: a new server, a new session, a real call. */
-	struct tmu_server again = server_start();
+	struct tmu_server again = server_start(PATIENT_MS);
 	int s2 = connect_to(nx, again.port);
 	cr_assert_geq(s2, 0, "connect again: %s", strerror(-s2));
 	struct tmu_call c;
@@ -96,14 +99,19 @@ Test(mgmt_failure, killed_server_fails_pending_requests_and_client_recovers, .ti
 	nexus_destroy(nx);
 }
 
+/* A peer not watched by pidfd (this process's own second endpoint stands
+ * in for another host's) answers pings: idle for several failure timeouts,
+ * only heartbeats keep its session up. */
 Test(mgmt_failure, heartbeats_keep_an_idle_session_alive, .timeout = 60)
 {
-	struct tmu_server srv = server_start();
+	struct nexus *server = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	uint16_t port = tmu_serve(server);
+	struct tmu_looper loop;
+	tmu_loop_start(&loop, nexus_rpc(server));
 	struct nexus *nx = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
 	struct rpc *rpc = nexus_rpc(nx);
-	int s = connect_to(nx, srv.port);
+	int s = connect_to(nx, port);
 	cr_assert_geq(s, 0);
-	/* Idle for several failure timeouts: only heartbeats keep it up. */
 	usleep(5 * FAILURE_MS * 1000);
 	cr_assert_eq(nexus_stats(nx)->dead_peers, 0);
 	rpc_lock(rpc);
@@ -111,8 +119,9 @@ Test(mgmt_failure, heartbeats_keep_an_idle_session_alive, .timeout = 60)
 	rpc_unlock(rpc);
 	struct tmu_call c;
 	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), 0);
-	tmu_server_kill(&srv);
 	nexus_destroy(nx);
+	tmu_loop_stop(&loop);
+	nexus_destroy(server);
 }
 
 /* A peer whose management thread is starved (held here) answers no ping,
@@ -144,12 +153,33 @@ Test(mgmt_failure, a_peer_whose_datapath_answers_is_not_declared_dead, .timeout 
 	nexus_destroy(server);
 }
 
-/* A peer process killed (no goodbye) is noticed at the next heartbeat: its
- * control port is closed and the kernel says so, long before the failure
- * timeout (a minute here, past the test's own timeout). */
+/* A peer on this host stopped (SIGSTOP) for many failure timeouts keeps its
+ * session: its silence is a stall, as kernel TCP waits out a stopped
+ * process, and calls go on once it runs again. */
+Test(mgmt_failure, a_stopped_peer_on_this_host_is_not_declared_dead, .timeout = 60)
+{
+	struct tmu_server srv = server_start(FAILURE_MS);
+	struct nexus *nx = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	struct rpc *rpc = nexus_rpc(nx);
+	int s = connect_to(nx, srv.port);
+	cr_assert_geq(s, 0, "connect: %s", strerror(-s));
+	struct tmu_call c;
+	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), 0);
+	cr_assert_eq(kill(srv.pid, SIGSTOP), 0);
+	usleep(5 * FAILURE_MS * 1000);
+	cr_assert_eq(nexus_stats(nx)->dead_peers, 0, "a stopped peer was declared dead");
+	cr_assert_eq(kill(srv.pid, SIGCONT), 0);
+	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 100, &c), 0, "no answer once it runs again");
+	cr_assert_eq(c.resp_size, 100);
+	tmu_server_kill(&srv);
+	nexus_destroy(nx);
+}
+
+/* A peer process killed (no goodbye) is noticed at once, long before the
+ * failure timeout (ten minutes here, past the test's own timeout). */
 Test(mgmt_failure, a_killed_peer_is_noticed_before_the_failure_timeout, .timeout = 20)
 {
-	struct ferry_config cfg = tmu_config(60000, HEARTBEAT_MS);
+	struct ferry_config cfg = tmu_config(PATIENT_MS, HEARTBEAT_MS);
 	struct tmu_server srv = tmu_server_fork(&cfg);
 	struct nexus *nx = tmu_nexus_with(&cfg);
 	struct rpc *rpc = nexus_rpc(nx);
@@ -157,7 +187,6 @@ Test(mgmt_failure, a_killed_peer_is_noticed_before_the_failure_timeout, .timeout
 	cr_assert_geq(s, 0, "connect: %s", strerror(-s));
 	struct tmu_call c;
 	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), 0);
-	usleep(4 * HEARTBEAT_MS * 1000); /* its pings have shown its control port */
 	tmu_server_kill(&srv);
 	while (nexus_stats(nx)->dead_peers == 0) /* the test's timeout guards */
 		usleep(1000);
@@ -166,4 +195,29 @@ Test(mgmt_failure, a_killed_peer_is_noticed_before_the_failure_timeout, .timeout
 	rpc_unlock(rpc);
 	cr_assert_not(up, "the dead peer's session is still up");
 	nexus_destroy(nx);
+}
+
+/* A peer not watched by pidfd that falls silent (its endpoint and its
+ * management thread both stopped: another host gone quiet) is declared dead
+ * after the failure timeout; its pending request fails with -ETIMEDOUT, as
+ * kernel TCP's retransmissions time out. */
+Test(mgmt_failure, a_silent_unwatched_peer_times_out, .timeout = 60)
+{
+	struct nexus *server = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	uint16_t port = tmu_serve(server);
+	struct tmu_looper loop;
+	tmu_loop_start(&loop, nexus_rpc(server));
+	struct nexus *nx = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	struct rpc *rpc = nexus_rpc(nx);
+	int s = connect_to(nx, port);
+	cr_assert_geq(s, 0, "connect: %s", strerror(-s));
+	struct tmu_call c;
+	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), 0);
+	tmu_loop_stop(&loop);
+	mgmt_hold(nexus_mgmt(server));
+	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), -ETIMEDOUT);
+	cr_assert_eq(nexus_stats(nx)->dead_peers, 1);
+	mgmt_release(nexus_mgmt(server));
+	nexus_destroy(nx);
+	nexus_destroy(server);
 }

@@ -16,6 +16,7 @@ static struct mgmt_msg resp(void)
 	m.route.len = 11;
 	for (int i = 0; i < 11; i++)
 		m.route.data[i] = (uint8_t)(i + 1);
+	m.proc = (struct mgmt_proc){.host = 0x1122334455667788ull, .pid = 4321, .start = 987654321};
 	return m;
 }
 
@@ -31,6 +32,7 @@ Test(mgmt_wire, round_trip_keeps_every_field)
 	cr_assert_eq(out.session, 0xBEEF);
 	cr_assert_eq(out.data_per_pkt, 8000);
 	cr_assert_eq(memcmp(&out.route, &in.route, sizeof(in.route)), 0);
+	cr_assert(out.proc.host == in.proc.host && out.proc.pid == 4321 && out.proc.start == 987654321);
 
 	in.type = MGMT_CONNECT_REQ;
 	len = mgmt_wire_encode(&in, buf);
@@ -38,6 +40,9 @@ Test(mgmt_wire, round_trip_keeps_every_field)
 	cr_assert_eq(out.type, MGMT_CONNECT_REQ);
 	cr_assert_eq(out.session, 0xBEEF);
 	cr_assert_eq(out.route.len, 11);
+	cr_assert(out.proc.host == in.proc.host && out.proc.pid == 4321 && out.proc.start == 987654321);
+	buf[len - 12] = 1; /* the proc block's zero word */
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), -EBADMSG);
 
 	struct mgmt_msg bye = {.type = MGMT_DISCONNECT, .token = 9, .uuid = 42, .to = 0x0102030405060708ull};
 	len = mgmt_wire_encode(&bye, buf);

@@ -88,6 +88,37 @@ if command -v redis-server >/dev/null && command -v redis-cli >/dev/null && [ -x
 	done
 	echo "redis across the veth: 400 KB value verified, client streams over ferry: $connected"
 	[ "$connected" -ge 2 ] || fail "redis-cli did not go over ferry (streams_connected=$connected)"
+
+	# 3. The server's process dies and its host stays up: the client, blocked
+	# in BLPOP on the other host, learns it from the network (ICMP port
+	# unreachable answers its next ping to the dead process's control
+	# socket), not from the failure timeout, ten minutes here.
+	ip netns exec "$ns1" env FERRY_FAILURE_TIMEOUT_MS=600000 "$ferry_run" --transport udp \
+		--stats="$work/server3.%p.json" redis-server --bind $a1 --port 7713 --save '' \
+		--appendonly no --protected-mode no >"$work/redis3.out" 2>"$work/redis3.err" &
+	server3=$!
+	pids="$pids $server3"
+	for i in $(seq 50); do
+		ip netns exec "$ns2" redis-cli -h $a1 -p 7713 ping >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	ip netns exec "$ns2" env FERRY_FAILURE_TIMEOUT_MS=600000 "$ferry_run" --transport udp \
+		--stats="$work/blocked.%p.json" redis-cli -h $a1 -p 7713 BLPOP never 0 \
+		>"$work/blocked.out" 2>&1 &
+	blocked=$!
+	pids="$pids $blocked"
+	sleep 1 # blocked in BLPOP, and the peers have pinged each other
+	kill -0 $blocked 2>/dev/null || fail "redis-cli BLPOP did not block: $(cat "$work/blocked.out")"
+	t0=$(date +%s%N)
+	kill -KILL $server3
+	# A bound only a missing notice exceeds: the timeout is 600 s.
+	for i in $(seq 300); do kill -0 $blocked 2>/dev/null || break; sleep 0.05; done
+	kill -0 $blocked 2>/dev/null && fail "the client did not learn of the server's death within 15 s"
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	wait $blocked 2>/dev/null
+	dead=$(num dead_peers <"$(ls "$work"/blocked.*.json | head -1)")
+	echo "server killed on the other host: the blocked client learned it after <= $ms ms (dead_peers=$dead)"
+	[ "${dead:-0}" -ge 1 ] || fail "the client ended without declaring the server dead: $(cat "$work/blocked.out")"
 else
 	echo "redis part not run: redis-server, redis-cli or ferry-run missing"
 fi

@@ -158,7 +158,7 @@ Test(rpc_two_process, lossy_echo_then_server_killed, .timeout = 600)
 		    (unsigned long long)ms, FAILURE_MS);
 	cr_assert_eq(failed_pending, OUTSTANDING);
 	for (int i = 0; i < OUTSTANDING; i++)
-		cr_assert_eq(pending_status[i], -ECONNRESET);
+		cr_assert_eq(pending_status[i], -EOWNERDEAD); /* its pidfd: it is gone */
 	/* The contract: failure is reported within twice the timeout. */
 	cr_assert_leq(ms, 2 * FAILURE_MS, "failure reported after %llu ms", (unsigned long long)ms);
 	rpc_lock(rpc);

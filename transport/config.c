@@ -22,7 +22,10 @@ void ferry_config_defaults(struct ferry_config *cfg)
 	cfg->session_slots = 8;
 	cfg->session_credits = 32;
 	cfg->rto_us = 2000;
-	cfg->failure_timeout_ms = 1000;
+	/* As long as Linux TCP retransmits to a silent peer before it gives
+	 * up (tcp_retries2 = 15: RTOs from 200 ms doubling to the 120 s cap,
+	 * 924.6 s in all): a peer on another host may be stalled, not gone. */
+	cfg->failure_timeout_ms = 924600;
 	cfg->heartbeat_ms = 100;
 	cfg->connect_timeout_ms = 200;
 	cfg->mtu = 0;

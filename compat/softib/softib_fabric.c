@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "compat/softib/softib_int.h"
+#include "transport/procinfo.h"
 #include "transport/sys.h"
 
 int sib_dir_path(char *buf, size_t cap)
@@ -64,31 +65,9 @@ void sib_shm_unlock(pthread_mutex_t *m)
 	pthread_mutex_unlock(m);
 }
 
-static uint64_t sib_start_time(pid_t pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = sys()->read(fd, buf, sizeof(buf) - 1);
-	sys()->close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	/* Field 22; the command name (field 2) may hold spaces, so skip past ')'. */
-	char *p = strrchr(buf, ')');
-	if (!p)
-		return 0;
-	for (int field = 2; field < 22 && p; field++)
-		p = strchr(p + 1, ' ');
-	return p ? strtoull(p + 1, NULL, 10) : 0;
-}
-
 uint64_t sib_pidns(void)
 {
-	struct stat st;
-	return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+	return procinfo_ns_inode("pid");
 }
 
 static bool sib_pid_alive(pid_t pid, uint64_t start)
@@ -97,7 +76,7 @@ static bool sib_pid_alive(pid_t pid, uint64_t start)
 		return false;
 	if (kill(pid, 0) && errno == ESRCH)
 		return false;
-	uint64_t now = sib_start_time(pid);
+	uint64_t now = procinfo_start_time(pid);
 	return now == 0 || start == 0 || now == start;
 }
 
@@ -428,7 +407,7 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	struct sib_dir_entry *e = &s->dir[slot];
 	e->qpn = qpn;
 	e->pid = getpid();
-	e->start_time = sib_start_time(e->pid);
+	e->start_time = procinfo_start_time(e->pid);
 	e->pidns = sib_pidns();
 	__atomic_store_n(&e->live, 1, __ATOMIC_RELEASE);
 	sib_shm_unlock(&s->lock);

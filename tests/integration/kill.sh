@@ -1,13 +1,16 @@
 #!/bin/sh
 # The server is SIGKILLed under load: every client connection must see the
-# end (an error, or EOF under the kernel) within twice FERRY_FAILURE_TIMEOUT_MS,
-# and no client may hang. Usage: kill.sh [TRANSPORT]
+# end (EOF, or a reset where it had a request in flight) and no client may
+# hang. The failure timeout is ten minutes, so only the notice of the
+# server's death can end the clients' waits; the bound below is one only a
+# broken notice exceeds (the notice takes about a millisecond, bench/notice).
+# Usage: kill.sh [TRANSPORT]
 . "$(dirname "$0")/lib.sh"
 need redis-server redis-benchmark ss
 need_ferry
 
-failure_ms=${FERRY_TEST_FAILURE_TIMEOUT_MS:-1000}
-export FERRY_FAILURE_TIMEOUT_MS=$failure_ms
+export FERRY_FAILURE_TIMEOUT_MS=600000
+limit=5000
 hold=$builddir/tests/integration/connhold
 [ -x "$hold" ] || fail "$hold not built"
 conns=16
@@ -55,10 +58,9 @@ log "how they ended:$kinds"
 worst=$(sed -n 's/^conn [0-9]* end [A-Z]* \([0-9]*\)/\1/p' "$work/hold.log" |
 	awk -v t0="$t0" 'BEGIN {m = 0} {d = ($1 - t0) / 1e6; if (d > m) m = d} END {printf "%d", m}')
 bench_ms=$(((bench_end - t0) / 1000000))
-limit=$((2 * failure_ms))
 log "slowest connection: $worst ms, redis-benchmark gone after <= $bench_ms ms (limit $limit ms)"
-[ "$worst" -le "$limit" ] || fail "a connection saw the death after $worst ms, more than 2 x $failure_ms ms"
-[ "$bench_ms" -le "$limit" ] || fail "redis-benchmark took $bench_ms ms to notice, more than 2 x $failure_ms ms"
+[ "$worst" -le "$limit" ] || fail "a connection saw the death after $worst ms, more than $limit ms"
+[ "$bench_ms" -le "$limit" ] || fail "redis-benchmark took $bench_ms ms to notice, more than $limit ms"
 grep -qi 'error\|closed\|reset' "$work/bench.log" || fail "redis-benchmark ended without reporting an error: $(tail -c 300 "$work/bench.log")"
 
 if counting; then

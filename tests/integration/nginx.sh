@@ -8,9 +8,6 @@
 . "$(dirname "$0")/lib.sh"
 need nginx curl wrk ss cmp
 need_ferry
-# Many processes on two cores: a peer starved of CPU for a second must not be
-# taken for dead here (the failure timeout is issue #13's, not this test's).
-export FERRY_FAILURE_TIMEOUT_MS=10000
 need_sanitizer_ok "nginx -v" "curl --version"
 
 head -c 1024 /dev/urandom >"$work/k1"

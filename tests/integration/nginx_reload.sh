@@ -10,9 +10,6 @@
 . "$(dirname "$0")/lib.sh"
 need nginx wrk ss
 need_ferry
-# Many processes on two cores: a peer starved of CPU for a second must not be
-# taken for dead here (the failure timeout is issue #13's, not this test's).
-export FERRY_FAILURE_TIMEOUT_MS=10000
 need_sanitizer_ok "nginx -v"
 
 mkdir -p "$work/html" "$work/logs"

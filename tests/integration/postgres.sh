@@ -9,9 +9,6 @@
 . "$(dirname "$0")/lib.sh"
 need pgbench ss su
 need_ferry
-# Many processes on two cores: a peer starved of CPU for a second must not be
-# taken for dead here (the failure timeout is issue #13's, not this test's).
-export FERRY_FAILURE_TIMEOUT_MS=10000
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -n "$pgbin" ] && [ -x "$pgbin/initdb" ] || skip "postgresql is not installed"
 [ "$(id -u)" = 0 ] || skip "needs root to run postgres as its own user"

@@ -9,9 +9,6 @@
 . "$(dirname "$0")/lib.sh"
 need ss od cmp pkill
 need_ferry
-# Many processes on two cores: a peer starved of CPU for a second must not be
-# taken for dead here (the failure timeout is issue #13's, not this test's).
-export FERRY_FAILURE_TIMEOUT_MS=10000
 
 procserve=$builddir/tests/integration/procserve
 tcpcat=$builddir/tests/integration/tcpcat

@@ -1,0 +1,157 @@
+/*
+ * Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/) with
+ * ferry's own encoders, so every seed is something ferry really sends:
+ * `make fuzz-seeds` runs it into the source tree. The input formats are
+ * the targets' (see the comment at the top of each).
+ */
+#include "autoconfig.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "mgmt/mgmt_wire.h"
+#include "transport/log.h"
+#include "transport/nic.h"
+#include "transport/pkthdr.h"
+#include "transport/stats.h"
+
+static const char *top;
+
+static void put(const char *target, const char *name, const void *buf, size_t len)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%s", top, target);
+	if (mkdir(path, 0755) && errno != EEXIST) {
+		perror(path);
+		exit(1);
+	}
+	snprintf(path, sizeof(path), "%s/%s/%s", top, target, name);
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(buf, 1, len, f) != len || fclose(f)) {
+		perror(path);
+		exit(1);
+	}
+}
+
+/* --- pkthdr: [payload per packet u16][packet] --- */
+
+static void seed_pkt(const char *name, uint32_t dpp, const struct pkt_info *in)
+{
+	uint8_t buf[2 + PKTHDR_SIZE + 2048] = {(uint8_t)dpp, (uint8_t)(dpp >> 8)};
+	pkthdr_encode((struct pkthdr *)(void *)(buf + 2), in);
+	size_t payload = in->type == PKT_REQ || in->type == PKT_RESP
+				 ? pkt_data_len(in->msg_size, dpp, in->pkt_num)
+				 : 0;
+	memset(buf + 2 + PKTHDR_SIZE, 0x5a, payload);
+	put("pkthdr", name, buf, 2 + PKTHDR_SIZE + payload);
+}
+
+static void seeds_pkthdr(void)
+{
+	uint32_t dpp = RPC_MIN_PKT_DATA;
+	seed_pkt("req-small", dpp, &(struct pkt_info){.type = PKT_REQ, .req_type = 3,
+						     .dest_session = 1, .msg_size = 40,
+						     .req_num = 8, .token = 0x1234});
+	seed_pkt("req-second-of-three", dpp,
+		 &(struct pkt_info){.type = PKT_REQ, .dest_session = 2, .pkt_num = 1,
+				    .msg_size = 2 * dpp + 10, .req_num = 9, .token = 0x1234});
+	seed_pkt("resp-empty", dpp, &(struct pkt_info){.type = PKT_RESP, .req_num = 8});
+	seed_pkt("cr-nack", dpp, &(struct pkt_info){.type = PKT_CR, .flags = PKT_FLAG_NACK,
+						   .pkt_num = 1, .msg_size = 3 * dpp});
+	seed_pkt("rfr", dpp, &(struct pkt_info){.type = PKT_RFR, .pkt_num = 2,
+					       .msg_size = 3 * dpp});
+}
+
+/* --- mgmt_wire: one datagram --- */
+
+static struct nic_route udp_route(void)
+{
+	struct ferry_config cfg;
+	struct ferry_stats st = {0};
+	ferry_config_defaults(&cfg);
+	char why[256];
+	int err;
+	struct nic *nic = nic_udp_open(&cfg, &st, &err, why, sizeof(why));
+	if (!nic) {
+		fprintf(stderr, "fuzz_seeds: %s\n", why);
+		exit(1);
+	}
+	struct nic_route r;
+	nic_local_route(nic, &r);
+	nic_close(nic);
+	return r;
+}
+
+static const struct mgmt_msg *messages(unsigned *n)
+{
+	static struct mgmt_msg msgs[6];
+	struct nic_route r = udp_route();
+	msgs[0] = (struct mgmt_msg){.type = MGMT_CONNECT_REQ, .token = 0xAB, .uuid = 0x77,
+				    .session = 3, .data_per_pkt = 1440, .route = r};
+	msgs[1] = (struct mgmt_msg){.type = MGMT_CONNECT_RESP, .token = 0xAB, .uuid = 0x88,
+				    .session = 5, .data_per_pkt = 1440, .route = r};
+	msgs[2] = (struct mgmt_msg){.type = MGMT_PING, .uuid = 0x77};
+	msgs[3] = (struct mgmt_msg){.type = MGMT_PONG, .uuid = 0x88};
+	msgs[4] = (struct mgmt_msg){.type = MGMT_DISCONNECT, .token = 0xAB, .uuid = 0x77,
+				    .to = 0x5EED};
+	msgs[5] = (struct mgmt_msg){.type = MGMT_OFFER, .token = 0xCD, .uuid = 0x77,
+				    .pid = 1234, .sid = 1, .peer_sid = 2};
+	*n = 6;
+	return msgs;
+}
+
+static const char *const msg_names[] = {"connect-req", "connect-resp", "ping",
+					"pong", "disconnect", "offer"};
+
+static void seeds_mgmt_wire(const struct mgmt_msg *msgs, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		uint8_t buf[MGMT_WIRE_MAX_SIZE];
+		put("mgmt_wire", msg_names[i], buf, mgmt_wire_encode(&msgs[i], buf));
+	}
+}
+
+/* --- rendezvous: records of [flags][length][datagram] --- */
+
+static size_t record(uint8_t *out, uint8_t flags, const struct mgmt_msg *msg)
+{
+	out[0] = flags;
+	out[1] = (uint8_t)mgmt_wire_encode(msg, out + 2);
+	return 2 + out[1];
+}
+
+static void seeds_rendezvous(const struct mgmt_msg *msgs)
+{
+	uint8_t buf[8 * (2 + MGMT_WIRE_MAX_SIZE)];
+	size_t n = record(buf, 0, &msgs[0]); /* a request ... */
+	n += record(buf + n, 16, &msgs[0]);  /* ... retried a second later */
+	n += record(buf + n, 0, &msgs[2]);   /* the peer's heartbeat */
+	n += record(buf + n, 0, &msgs[4]);   /* and its goodbye */
+	put("rendezvous", "request-retry-ping-goodbye", buf, n);
+	n = record(buf, 1 | 2, &msgs[0]); /* on the control socket, over IPv6 */
+	put("rendezvous", "request-control-v6", buf, n);
+	n = record(buf, 4 | 8, &msgs[1]); /* the answer to our own connect */
+	n += record(buf + n, 16, &msgs[3]);
+	put("rendezvous", "answer-pong", buf, n);
+	n = record(buf, 0, &msgs[5]);
+	put("rendezvous", "offer", buf, n);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
+		return 2;
+	}
+	top = argv[1];
+	ferry_log_init(FERRY_LOG_ERROR, NULL);
+	unsigned n;
+	const struct mgmt_msg *msgs = messages(&n);
+	seeds_pkthdr();
+	seeds_mgmt_wire(msgs, n);
+	seeds_rendezvous(msgs);
+	return 0;
+}

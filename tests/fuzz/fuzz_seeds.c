@@ -82,6 +82,10 @@ static struct nic_route udp_route(void)
 	struct nic_route r;
 	nic_local_route(nic, &r);
 	nic_close(nic);
+	/* Its port (bytes 1..2) is the kernel's pick: a fixed one keeps the
+	 * seeds the same each time they are written. */
+	r.data[1] = 0x1f;
+	r.data[2] = 0x90;
 	return r;
 }
 
@@ -140,6 +144,35 @@ static void seeds_rendezvous(const struct mgmt_msg *msgs)
 	put("rendezvous", "offer", buf, n);
 }
 
+/* --- softib_ring: operations (see fuzz_softib_ring.c); the packets are
+ * placed by softib's own sender in the target --- */
+
+#define RING_POST(area, len) 1, (area), (uint8_t)(len), (uint8_t)((len) >> 8)
+#define RING_SEND(len) 2, (uint8_t)((len) / 4), (uint8_t)((len) / 4 >> 8)
+#define RING_POLL(max) 3, (max)
+
+static void seeds_softib_ring(void)
+{
+	/* Receives in the area: the sender writes them itself. */
+	const uint8_t direct[] = {RING_POST(1, 2048), RING_POST(1, 2048), RING_SEND(64),
+				  RING_SEND(2000), RING_POLL(7), RING_POST(1, 100), RING_SEND(80),
+				  RING_POLL(0)};
+	put("softib_ring", "direct", direct, sizeof(direct));
+	/* Receives elsewhere: staged in a slot, scattered at poll; one too small. */
+	const uint8_t staged[] = {RING_POST(0, 4096), RING_POST(0, 64), RING_SEND(1024),
+				  RING_SEND(1024), RING_POLL(1), RING_POLL(1)};
+	put("softib_ring", "staged", staged, sizeof(staged));
+	/* Nothing posted: dropped; then the ring wraps. */
+	uint8_t wrap[64] = {RING_SEND(16)};
+	size_t n = 3;
+	for (int i = 0; i < 6; i++) {
+		const uint8_t step[] = {RING_POST(1, 512), RING_SEND(256), RING_POLL(0)};
+		memcpy(wrap + n, step, sizeof(step));
+		n += sizeof(step);
+	}
+	put("softib_ring", "drop-then-wrap", wrap, n);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -153,5 +186,6 @@ int main(int argc, char **argv)
 	seeds_pkthdr();
 	seeds_mgmt_wire(msgs, n);
 	seeds_rendezvous(msgs);
+	seeds_softib_ring();
 	return 0;
 }

@@ -20,8 +20,12 @@ FUZZ_DEPS = $(libferry_core_la_SOURCES) $(libferry_la_SOURCES)
 fuzz_pkthdr_SRC = tests/fuzz/fuzz_pkthdr.c transport/pkthdr.c
 fuzz_mgmt_wire_SRC = tests/fuzz/fuzz_mgmt_wire.c mgmt/mgmt_wire.c
 fuzz_rendezvous_SRC = tests/fuzz/fuzz_rendezvous.c $(libferry_core_la_SOURCES)
+fuzz_softib_ring_SRC = tests/fuzz/fuzz_softib_ring.c compat/softib/softib_device.c \
+	compat/softib/softib_fabric.c compat/softib/softib_cq.c compat/softib/softib_qp.c \
+	transport/sys.c transport/verbs_seam.c
 
-FUZZ_TARGETS = tests/fuzz/fuzz_pkthdr tests/fuzz/fuzz_mgmt_wire tests/fuzz/fuzz_rendezvous
+FUZZ_TARGETS = tests/fuzz/fuzz_pkthdr tests/fuzz/fuzz_mgmt_wire tests/fuzz/fuzz_rendezvous \
+	tests/fuzz/fuzz_softib_ring
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/corpus $(FUZZ_TARGETS:=.c)
 CLEANFILES += $(FUZZ_TARGETS)
 clean-local: clean-fuzz
@@ -47,6 +51,9 @@ tests/fuzz/fuzz_mgmt_wire: $(fuzz_mgmt_wire_SRC) $(FUZZ_DEPS)
 tests/fuzz/fuzz_rendezvous: FUZZ_SRC = $(fuzz_rendezvous_SRC)
 tests/fuzz/fuzz_rendezvous: $(fuzz_rendezvous_SRC) $(FUZZ_DEPS)
 	$(AM_V_CCLD)$(MKDIR_P) tests/fuzz && $(FUZZ_BUILD)
+tests/fuzz/fuzz_softib_ring: FUZZ_SRC = $(fuzz_softib_ring_SRC)
+tests/fuzz/fuzz_softib_ring: $(fuzz_softib_ring_SRC) $(FUZZ_DEPS)
+	$(AM_V_CCLD)$(MKDIR_P) tests/fuzz && $(FUZZ_BUILD)
 
 fuzz-pkthdr: tests/fuzz/fuzz_pkthdr
 	@$(FUZZ_RUN) tests/fuzz/fuzz_pkthdr $(srcdir)/tests/fuzz/corpus/pkthdr $(FUZZ_SECONDS)
@@ -54,9 +61,12 @@ fuzz-mgmt-wire: tests/fuzz/fuzz_mgmt_wire
 	@$(FUZZ_RUN) tests/fuzz/fuzz_mgmt_wire $(srcdir)/tests/fuzz/corpus/mgmt_wire $(FUZZ_SECONDS)
 fuzz-rendezvous: tests/fuzz/fuzz_rendezvous
 	@$(FUZZ_RUN) tests/fuzz/fuzz_rendezvous $(srcdir)/tests/fuzz/corpus/rendezvous $(FUZZ_SECONDS)
-fuzz: fuzz-pkthdr fuzz-mgmt-wire fuzz-rendezvous
+fuzz-softib-ring: tests/fuzz/fuzz_softib_ring
+	@$(FUZZ_RUN) tests/fuzz/fuzz_softib_ring $(srcdir)/tests/fuzz/corpus/softib_ring $(FUZZ_SECONDS)
+fuzz: fuzz-pkthdr fuzz-mgmt-wire fuzz-rendezvous fuzz-softib-ring
 else
 fuzz:
 	@echo "make fuzz: off, $(FUZZ_WHY); configure again once it is there" >&2; exit 1
 endif
-.PHONY: fuzz fuzz-seeds clean-fuzz fuzz-pkthdr fuzz-mgmt-wire fuzz-rendezvous
+.PHONY: fuzz fuzz-seeds clean-fuzz fuzz-pkthdr fuzz-mgmt-wire fuzz-rendezvous \
+	fuzz-softib-ring

@@ -109,4 +109,11 @@ static inline bool ffile_nonblock(const struct ffile *f)
 	return (__atomic_load_n(&f->status, __ATOMIC_RELAXED) & O_NONBLOCK) != 0;
 }
 
+static inline void ffile_set_nonblock(struct ffile *f, bool on)
+{
+	int st = __atomic_load_n(&f->status, __ATOMIC_RELAXED);
+	st = on ? st | O_NONBLOCK : st & ~O_NONBLOCK;
+	__atomic_store_n(&f->status, st, __ATOMIC_RELAXED);
+}
+
 #endif

@@ -37,6 +37,11 @@
  * and the new owner for the whole exchange. */
 #define HO_MOVE_NS (3000ull * 1000000ull)
 #define HO_FETCH_MS 5000
+/* How long the new owner may take to reach the peer: a known ferry peer,
+ * so no fallback to decide quickly (FERRY_CONNECT_TIMEOUT_MS is for that),
+ * only a stream lost if it gives up; well inside the peer's wait for it
+ * (STREAM_MOVE_TIMEOUT_NS, 5 s). */
+#define HO_ATTACH_CONNECT_MS 3000u
 
 struct ho_req {
 	uint32_t magic;
@@ -624,7 +629,10 @@ void handover_adopt(struct ffile *f)
 	if (rc == 0) {
 		ferry_internal_enter();
 		ses = mgmt_connect(ferry.mgmt, ferry.rpc, (struct sockaddr *)&resp.snap.peer_mgmt,
-				   resp.snap.peer_mgmt_len, ferry.cfg.connect_timeout_ms);
+				   resp.snap.peer_mgmt_len,
+				   ferry.cfg.connect_timeout_ms > HO_ATTACH_CONNECT_MS
+					   ? ferry.cfg.connect_timeout_ms
+					   : HO_ATTACH_CONNECT_MS);
 		ferry_internal_leave();
 	}
 	struct stream *s = NULL;

@@ -131,14 +131,30 @@ static int io_stream(struct ffile *f, struct fsock *sk, bool nonblock, uint64_t 
 	return 0;
 }
 
-/* -errno or bytes; 0 at end of stream. */
-static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+/* One stream call for ferry_transfer: bytes, or -errno (-EAGAIN: none). */
+static ssize_t io_step(struct stream *s, struct iov_cursor *cur, bool send, int flags)
+{
+	if (send)
+		return stream_send(ferry.rpc, s, cur->v, cur->n);
+	return stream_recv(ferry.rpc, s, cur->v, cur->n, flags);
+}
+
+/*
+ * A receive (send false) or a send on f's stream, waiting as the socket's
+ * blocking mode, flags and SO_RCVTIMEO/SO_SNDTIMEO say: bytes, 0 at end of
+ * stream, or -errno. Sends hold the socket's send lock throughout, so two
+ * threads' writes never interleave.
+ */
+static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovcnt, int flags,
+			      bool send)
 {
 	struct fsock *sk = f->priv;
 	bool nonblock = ffile_nonblock(f) || (flags & MSG_DONTWAIT);
-	uint64_t deadline = sock_deadline(sk->rcvtimeo_ns);
+	uint64_t timeo_ns = send ? sk->sndtimeo_ns : sk->rcvtimeo_ns;
+	uint64_t deadline = sock_deadline(timeo_ns);
 	struct stream *s;
-	int rc = io_stream(f, sk, nonblock, deadline, ENOTCONN, &s);
+	/* no stream: ENOTCONN for a receive, EPIPE for a send, as the kernel */
+	int rc = io_stream(f, sk, nonblock, deadline, send ? EPIPE : ENOTCONN, &s);
 	if (rc)
 		return rc;
 	struct iov_cursor cur;
@@ -147,100 +163,67 @@ static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt,
 		return rc;
 	struct iovec *base = cur.v;
 	size_t want = iov_total(iov, iovcnt), done = 0;
-	if (want == 0) {
+	if (want == 0 && !send) {
 		cursor_free(&cur, base);
 		return 0; /* as tcp_recvmsg: nothing asked, nothing waited for */
 	}
+	if (send && (nonblock ? pthread_mutex_trylock(&sk->send_lock) != 0
+			      : pthread_mutex_lock(&sk->send_lock) != 0)) {
+		cursor_free(&cur, base);
+		return -EAGAIN; /* another thread is in the middle of a send */
+	}
 	int sflags = flags & (MSG_PEEK | MSG_TRUNC);
+	/* A send returns once some went without blocking; a receive waits for
+	 * all only under MSG_WAITALL, and never to peek. */
+	bool all = send ? !nonblock : (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
 	ssize_t n;
 	for (;;) {
 		ferry_lock();
-		n = stream_recv(ferry.rpc, s, cur.v, cur.n, sflags);
+		n = io_step(s, &cur, send, sflags);
 		if (n == -EAGAIN) {
 			stream_run_once(ferry.rpc);
-			n = stream_recv(ferry.rpc, s, cur.v, cur.n, sflags);
+			n = io_step(s, &cur, send, sflags);
 		}
-		ferry_unlock();
+		ferry_unlock(); /* DATA leaves at this thread's next wait */
 		if (n > 0) {
 			done += (size_t)n;
-			if (!(flags & MSG_WAITALL) || (flags & MSG_PEEK) || done >= want)
+			if (!all || done >= want)
 				break;
 			cursor_advance(&cur, (size_t)n);
 			continue;
 		}
 		if (n != -EAGAIN || nonblock)
 			break;
-		n = sock_wait(f, EPOLLIN | EPOLLRDHUP, deadline, -1, 0);
-		if (n == -EINTR && !sk->rcvtimeo_ns && wait_signals_restart())
+		n = sock_wait(f, send ? EPOLLOUT : EPOLLIN | EPOLLRDHUP, deadline, -1, 0);
+		if (n == -EINTR && !timeo_ns && wait_signals_restart())
 			n = 0;
 		if (n < 0)
 			break;
 	}
+	if (send)
+		pthread_mutex_unlock(&sk->send_lock);
 	cursor_free(&cur, base);
 	if (done)
 		return (ssize_t)done;
+	if (send && n == -EPIPE)
+		sock_sigpipe(flags);
 	return n > 0 ? 0 : n;
+}
+
+static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+{
+	return ferry_transfer(f, iov, iovcnt, flags, false);
 }
 
 static ssize_t ferry_sendv(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
 {
-	struct fsock *sk = f->priv;
-	bool nonblock = ffile_nonblock(f) || (flags & MSG_DONTWAIT);
-	uint64_t deadline = sock_deadline(sk->sndtimeo_ns);
-	struct stream *s;
-	int rc = io_stream(f, sk, nonblock, deadline, EPIPE, &s);
-	if (rc)
-		return rc;
-	struct iov_cursor cur;
-	rc = cursor_init(&cur, iov, iovcnt);
-	if (rc)
-		return rc;
-	if (nonblock ? pthread_mutex_trylock(&sk->send_lock) != 0
-		     : pthread_mutex_lock(&sk->send_lock) != 0) {
-		cursor_free(&cur, cur.v);
-		return -EAGAIN; /* another thread is in the middle of a send */
-	}
-	struct iovec *base = cur.v;
-	size_t want = iov_total(iov, iovcnt), done = 0;
-	ssize_t n = 0;
-	for (;;) {
-		ferry_lock();
-		n = stream_send(ferry.rpc, s, cur.v, cur.n);
-		if (n == -EAGAIN) {
-			stream_run_once(ferry.rpc);
-			n = stream_send(ferry.rpc, s, cur.v, cur.n);
-		}
-		ferry_unlock(); /* the DATA leaves at this thread's next wait */
-		if (n > 0) {
-			done += (size_t)n;
-			if (done >= want || nonblock)
-				break;
-			cursor_advance(&cur, (size_t)n);
-			continue;
-		}
-		if (n != -EAGAIN || nonblock)
-			break;
-		n = sock_wait(f, EPOLLOUT, deadline, -1, 0);
-		if (n == -EINTR && !sk->sndtimeo_ns && wait_signals_restart())
-			n = 0;
-		if (n < 0)
-			break;
-	}
-	pthread_mutex_unlock(&sk->send_lock);
-	cursor_free(&cur, base);
-	if (done)
-		return (ssize_t)done;
-	if (n == -EPIPE)
-		sock_sigpipe(flags);
-	return n;
+	return ferry_transfer(f, iov, iovcnt, flags, true);
 }
 
 /* The ferry file behind a data call on fd, or NULL when it is the kernel's. */
 static struct ffile *io_file(int fd)
 {
-	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
-		return NULL;
-	struct ffile *f = sock_get(fd);
+	struct ffile *f = sock_file(fd);
 	if (!f)
 		return NULL;
 	if (f->kind == FFILE_DEAD)

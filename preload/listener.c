@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include "preload/sockaddr.h"
+
 static struct listener *listeners;
 /* Addresses of shared listeners this process let go of: an OPEN for one
  * (a client's session still leads here) is sent back to the rendezvous. */
@@ -49,8 +51,7 @@ struct listener *listener_add(const struct sockaddr *addr, socklen_t len, int ba
 		return NULL;
 	memcpy(&l->addr, addr, len);
 	l->addr_len = len;
-	l->port = addr->sa_family == AF_INET ? ((const struct sockaddr_in *)(const void *)addr)->sin_port
-					     : ((const struct sockaddr_in6 *)(const void *)addr)->sin6_port;
+	l->port = htons(sockaddr_port(addr));
 	l->file = file;
 	l->backlog = backlog;
 	l->next = listeners;
@@ -75,9 +76,7 @@ struct stream *listener_pop(struct listener *l)
 
 struct listener *listener_find(const struct sockaddr *addr)
 {
-	uint16_t port = addr->sa_family == AF_INET
-				? ((const struct sockaddr_in *)(const void *)addr)->sin_port
-				: ((const struct sockaddr_in6 *)(const void *)addr)->sin6_port;
+	uint16_t port = htons(sockaddr_port(addr));
 	for (struct listener *l = listeners; l; l = l->next)
 		if (l->port == port && l->addr.ss_family == addr->sa_family)
 			return l;

@@ -3,7 +3,10 @@
 # (-fvisibility=hidden plus the version script); LD_PRELOAD=.libs/libferry.so
 # in the build tree.
 lib_LTLIBRARIES += libferry.la
-libferry_la_SOURCES = \
+# The interposer's objects, compiled once: into libferry.so, and into the
+# preload unit tests (tests/preload.mk), which interpose themselves.
+noinst_LTLIBRARIES += libferry_preload.la
+libferry_preload_la_SOURCES = \
 	preload/libc.c preload/libc.h preload/export.h \
 	preload/fdtable.c preload/fdtable.h \
 	preload/wait.c preload/wait.h \
@@ -14,22 +17,26 @@ libferry_la_SOURCES = \
 	preload/stream_data.c preload/stream_open.c preload/stream_move.c \
 	preload/stream_wire.c preload/stream_wire.h preload/listener.c preload/listener.h \
 	preload/peercache.c preload/peercache.h \
-	preload/socket.c preload/sock.h \
+	preload/socket.c preload/sock.h preload/sock_internal.h \
+	preload/sock_connect.c preload/sock_listen.c preload/sockopt.c preload/fcntl.c \
+	preload/sockaddr.c preload/sockaddr.h \
 	preload/io.c \
 	preload/progress.c preload/progress.h \
 	preload/fork.c \
 	preload/ferry.c preload/ferry.h
-libferry_la_SOURCES += preload/phpool.c preload/phpool.h
-libferry_la_SOURCES += preload/spawn.c
-libferry_la_SOURCES += preload/lshare.c preload/lshare.h
-libferry_la_SOURCES += preload/handover.c preload/handover.h
-libferry_la_SOURCES += preload/inherit.c preload/inherit.h preload/passfd.c preload/passfd.h
+libferry_preload_la_SOURCES += preload/phpool.c preload/phpool.h
+libferry_preload_la_SOURCES += preload/spawn.c
+libferry_preload_la_SOURCES += preload/lshare.c preload/lshare.h
+libferry_preload_la_SOURCES += preload/handover.c preload/handover.h
+libferry_preload_la_SOURCES += preload/inherit.c preload/inherit.h preload/passfd.c preload/passfd.h
 # The interposer's settings; also compiled into ferry-doctor and ferry-bench,
 # whose single check of FERRY_* names must know the interposer's too.
-libferry_la_SOURCES += preload/config.c preload/config.h
-libferry_la_SOURCES += compat/glibc_entry.c
-libferry_la_CFLAGS = $(AM_CFLAGS) -fPIC
-libferry_la_LIBADD = libferry_core.la $(PTHREAD_LIBS)
+libferry_preload_la_SOURCES += preload/config.c preload/config.h
+libferry_preload_la_SOURCES += compat/glibc_entry.c
+libferry_preload_la_CFLAGS = $(AM_CFLAGS) -fPIC
+libferry_la_SOURCES =
+nodist_EXTRA_libferry_la_SOURCES = dummy.c
+libferry_la_LIBADD = libferry_preload.la libferry_core.la $(PTHREAD_LIBS)
 libferry_la_LDFLAGS = $(AM_LDFLAGS) -avoid-version -module -shared \
 	-Wl,--version-script=$(builddir)/preload/libferry.map -Wl,-z,nodelete
 EXTRA_libferry_la_DEPENDENCIES = preload/libferry.map

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "preload/libc.h"
+#include "preload/sockaddr.h"
 
 #define PEERCACHE_SLOTS 64
 
@@ -144,13 +145,9 @@ int peercache_source(const struct sockaddr *dst, struct sockaddr_storage *src, s
 	if (fd < 0)
 		return -errno;
 	struct sockaddr_storage probe;
-	socklen_t plen = dst->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-						   : sizeof(struct sockaddr_in6);
+	socklen_t plen = sockaddr_len(dst->sa_family);
 	memcpy(&probe, dst, plen);
-	if (dst->sa_family == AF_INET)
-		((struct sockaddr_in *)(void *)&probe)->sin_port = htons(9);
-	else
-		((struct sockaddr_in6 *)(void *)&probe)->sin6_port = htons(9);
+	sockaddr_set_port((struct sockaddr *)&probe, 9);
 	int rc = 0;
 	*len = sizeof(*src);
 	if (c->connect(fd, (struct sockaddr *)&probe, plen) != 0 ||
@@ -159,10 +156,7 @@ int peercache_source(const struct sockaddr *dst, struct sockaddr_storage *src, s
 	c->close(fd);
 	if (rc)
 		return rc;
-	if (src->ss_family == AF_INET)
-		((struct sockaddr_in *)(void *)src)->sin_port = 0;
-	else
-		((struct sockaddr_in6 *)(void *)src)->sin6_port = 0;
+	sockaddr_set_port((struct sockaddr *)src, 0);
 	pthread_mutex_lock(&pc_lock);
 	e = slot_for(pc_src, &k);
 	e->src = *src;

@@ -77,6 +77,11 @@ struct fsock {
 /* The ferry file behind fd if it is a socket (or a dead inherited one),
  * referenced; NULL otherwise. */
 struct ffile *sock_get(int fd);
+/* The ferry socket behind a socket call on fd, referenced, or NULL when
+ * the kernel alone answers (not ferry's, ferry's own call, not a socket). */
+struct ffile *sock_file(int fd);
+/* Drops f and returns rc as the libc edge does (-1 with errno). */
+int sock_done(struct ffile *f, int rc);
 
 /*
  * Waits until f's mask meets want (or an error/hangup), the deadline

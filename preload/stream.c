@@ -58,7 +58,12 @@ bool stream_work_pending(void)
 
 void stream_work_update(void)
 {
-	__atomic_store_n(&streams.work, streams.held_head || streams.owed_head || streams.redirect_head, __ATOMIC_RELAXED);
+	/* A stream moving at the peer's word counts too: its deadline must be
+	 * checked even while nothing else wakes this process. */
+	__atomic_store_n(&streams.work,
+			 streams.held_head || streams.owed_head || streams.redirect_head ||
+				 streams.nmoving,
+			 __ATOMIC_RELAXED);
 }
 
 bool stream_take_tx_pending(void)

@@ -167,8 +167,9 @@ unsigned stream_run_once(struct rpc *rpc);
 /* Answers every held DATA request plainly (the application is about to
  * wait: its replies were written). Queued, not sent. Returns how many. */
 unsigned stream_release_held(struct rpc *rpc);
-/* Whether answers are held or acknowledgements owed: the progress thread
- * keeps ticking while so. Read without the lock (a hint). */
+/* Whether answers are held, acknowledgements owed, streams to open again
+ * or a stream waits for its new owner: the progress thread keeps ticking
+ * while so. Read without the lock (a hint). */
 bool stream_work_pending(void);
 /* Whether an open stream has bytes the peer has not yet said it received
  * (exit waits for them, bounded). */

@@ -40,7 +40,7 @@ struct stream_table {
 	 * client streams to open elsewhere: lists that hold a reference each;
 	 * an entry whose reason went away is dropped when next walked. */
 	struct stream *held_head, *owed_head, *redirect_head;
-	int work;        /* atomic: a list is non-empty (a hint) */
+	int work;        /* atomic: a list is non-empty or a stream moving (a hint) */
 	bool tx_pending; /* requests queued since stream_take_tx_pending */
 	/* DATA waits for the application's next wait (epoll_wait, poll, a
 	 * blocking call) so replies to many connections leave in one batch.

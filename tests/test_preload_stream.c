@@ -580,3 +580,37 @@ Test(stream, the_fin_timeout_check_is_free_once_no_stream_lingers, .init = clean
 	cr_assert_eq(__atomic_load_n(&coarse_reads, __ATOMIC_RELAXED), 0,
 		     "no clock read once none lingers");
 }
+
+static bool move_acked(void *p)
+{
+	return stream_move_ready(p);
+}
+
+static bool quiet(void *p)
+{
+	(void)p;
+	stream_release_held(P.a);
+	stream_release_held(P.b);
+	return !stream_work_pending();
+}
+
+/* A peer told its stream moves waits for the new owner with a deadline
+ * (STREAM_MOVE_TIMEOUT_NS); only a process that runs notices it passing,
+ * so a moving stream is work that keeps the progress thread ticking, or a
+ * new owner that never comes leaves the peer blocked for good. */
+Test(stream, a_stream_moving_at_the_peers_word_keeps_its_process_ticking, .init = clean,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7300, &c, &s);
+	stream_test_set_ack_delay(0);
+	cr_assert(pump_until(quiet, NULL), "no work once the pair is idle");
+	cr_assert_eq(stream_move_out(P.a, c, 42), 0);
+	cr_assert(pump_until(move_acked, c), "the peer stopped for the move");
+	stream_release_held(P.a);
+	stream_release_held(P.b);
+	pump();
+	cr_assert(s->moving, "the peer waits for the new owner");
+	cr_assert(stream_work_pending(), "a moving stream is work");
+	stream_detach(c); /* the new owner never comes */
+}

@@ -18,6 +18,15 @@ libferry_core_la_SOURCES += transport/pool.c transport/pool.h transport/fault.c 
 libferry_core_la_SOURCES += transport/rpc.c transport/rpc_internal.h transport/rpc_tx.c
 libferry_core_la_SOURCES += transport/rpc_client.c transport/rpc_server.c transport/session.c
 libferry_core_la_SOURCES += transport/nic_udp.c transport/nic_udp.h
-libferry_core_la_SOURCES += transport/nic.c transport/nic_ib.c
-libferry_core_la_SOURCES += transport/verbs_seam.c transport/verbs_seam.h
+libferry_core_la_SOURCES += transport/nic.c
+# The verbs datapaths (ib, softib) need libibverbs; without it they refuse
+# clearly (configure says so).
+if HAVE_VERBS
+libferry_core_la_SOURCES += transport/nic_verbs.c transport/nic_ib.c transport/nic_ib_open.c \
+	transport/nic_ib_internal.h transport/verbs_seam.c transport/verbs_seam.h
+else
+libferry_core_la_SOURCES += transport/nic_noverbs.c
+endif
+EXTRA_DIST += transport/nic_verbs.c transport/nic_noverbs.c transport/nic_ib.c transport/nic_ib_open.c \
+	transport/nic_ib_internal.h transport/verbs_seam.c transport/verbs_seam.h
 libferry_core_la_SOURCES += transport/thread_pause.c transport/thread_pause.h

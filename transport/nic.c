@@ -8,27 +8,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compat/softib/softib.h"
 #include "transport/config.h"
 #include "transport/log.h"
-#include "transport/verbs_seam.h"
 
 static void nic_set_msg(char *msg, size_t msglen, const char *text)
 {
 	if (msg && msglen)
 		snprintf(msg, msglen, "%s", text);
-}
-
-static struct nic *nic_open_ibverbs(const struct ferry_config *cfg, struct ferry_stats *stats,
-				    int *err, char *msg, size_t msglen)
-{
-	return nic_ib_open(cfg, stats, &verbs_api_ibverbs, err, msg, msglen);
-}
-
-static struct nic *nic_open_softib(const struct ferry_config *cfg, struct ferry_stats *stats,
-				   int *err, char *msg, size_t msglen)
-{
-	return nic_ib_open(cfg, stats, &verbs_api_softib, err, msg, msglen);
 }
 
 /* auto: ib when a real verbs device with an active port opens, else udp.
@@ -39,7 +25,7 @@ static struct nic *nic_open_auto(const struct ferry_config *cfg, struct ferry_st
 {
 	char why[256] = "";
 	int ib_err = 0;
-	struct nic *nic = nic_open_ibverbs(cfg, stats, &ib_err, why, sizeof(why));
+	struct nic *nic = nic_verbs_open_ib(cfg, stats, &ib_err, why, sizeof(why));
 	if (nic) {
 		log_info("transport auto: using ib (%s)", nic->name);
 		return nic;
@@ -65,9 +51,9 @@ const struct nic_transport nic_transports[] = {
 	 .description = "ib when an RDMA device with an active port opens, else udp"},
 	{.name = "udp", .kind = FERRY_TRANSPORT_UDP, .open = nic_udp_open,
 	 .description = "kernel UDP, batched: any IP network"},
-	{.name = "ib", .kind = FERRY_TRANSPORT_IB, .open = nic_open_ibverbs,
+	{.name = "ib", .kind = FERRY_TRANSPORT_IB, .open = nic_verbs_open_ib,
 	 .description = "RDMA UD queue pairs through libibverbs (InfiniBand, RoCE)"},
-	{.name = "softib", .kind = FERRY_TRANSPORT_SOFTIB, .open = nic_open_softib,
+	{.name = "softib", .kind = FERRY_TRANSPORT_SOFTIB, .open = nic_verbs_open_softib,
 	 .description = "software verbs over shared memory: processes on this host only"},
 	{.name = "test", .kind = FERRY_TRANSPORT_TEST, .open = nic_open_test,
 	 .description = NULL},

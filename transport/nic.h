@@ -148,6 +148,9 @@ struct nic *nic_open(const struct ferry_config *cfg, struct ferry_stats *stats, 
 /* Back-end constructors, for the table and for tests that want one directly. */
 struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
 			 char *msg, size_t msglen);
+/* ib and softib as FERRY_TRANSPORT opens them (nic_verbs.c), or, built
+ * without libibverbs, a clear refusal (nic_noverbs.c). */
+nic_open_fn nic_verbs_open_ib, nic_verbs_open_softib;
 /* The UD verbs datapath on a verbs provider: &verbs_api_ibverbs
  * (transport/verbs_seam.h) or &verbs_api_softib (compat/softib/softib.h). */
 struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stats,

@@ -30,8 +30,18 @@ counting || lib_opts=
 # The server's stats files are written by the postgres user.
 as_pg "exec '$ferry_run' $lib_opts '$pgbin/postgres' -D '$work/data' -k '$work' -p $port \
 	-c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=40 >'$work/server.log' 2>&1" &
-pids="$pids $!"
+postmaster=$!
+pids="$pids $postmaster"
 wait_listen "$port"
+# Listening is not ready: a client that comes while the startup process
+# still runs is told "the database system is starting up", kernel or not.
+# The probe goes over ferry too, so the server's counters stay all ferry.
+i=0
+until as_pg "'$ferry_run' --transport $transport pg_isready -q -h 127.0.0.1 -p $port -U postgres"; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || fail "postgres not ready after 20 s: $(tail -3 "$work/server.log")"
+	sleep 0.2
+done
 # pgbench runs as postgres too: softib's fabric is one user's (doc/softib.md).
 pg() { # NAME pgbench args...
 	_n=$1
@@ -52,7 +62,9 @@ for n in select connect; do
 	expect_eq "$n: failed transactions" "${failed:-0}" 0
 done
 as_pg "'$pgbin/pg_ctl' -D '$work/data' stop -m fast >'$work/stop.log' 2>&1" || fail "pg_ctl stop failed"
-sleep 0.5
+# pg_ctl returns once the pid file is gone; the counters are written at the
+# postmaster's exit, after that.
+wait "$postmaster"
 check_transport server
 counter_eq "server fallbacks+kernel_accepts" \
 	$(($(stat_sum fallbacks server) + $(stat_sum kernel_accepts server))) 0

@@ -1,0 +1,228 @@
+/* Socket options and ioctls: those a stream answers itself (TCP_INFO,
+ * SO_ERROR, the options servers set on every connection, FIONREAD), the
+ * rest on the placeholder, where the kernel keeps and answers them. */
+#include "autoconfig.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#include "preload/export.h"
+#include "preload/fdtable.h"
+#include "preload/ferry.h"
+#include "preload/libc.h"
+#include "preload/sock_internal.h"
+#include "preload/stream.h"
+
+static int sock_tcp_info(struct fsock *sk, void *val, socklen_t *len)
+{
+	struct tcp_info ti;
+	memset(&ti, 0, sizeof(ti));
+	struct stream *s = sk->stream;
+	if (s->state == STREAM_OPENING)
+		ti.tcpi_state = TCP_SYN_SENT;
+	else if (s->state == STREAM_FAILED)
+		ti.tcpi_state = TCP_CLOSE;
+	else if (s->rx_fin && s->wr_shut)
+		ti.tcpi_state = TCP_LAST_ACK;
+	else if (s->rx_fin)
+		ti.tcpi_state = TCP_CLOSE_WAIT;
+	else if (s->wr_shut)
+		ti.tcpi_state = TCP_FIN_WAIT1;
+	else
+		ti.tcpi_state = TCP_ESTABLISHED;
+	ti.tcpi_rcv_space = s->rx.cap;
+	ti.tcpi_snd_mss = 1448;
+	ti.tcpi_rcv_mss = 1448;
+	ti.tcpi_unacked = (uint32_t)(stream_tx_queued(s) / 1448);
+	socklen_t n = *len < sizeof(ti) ? *len : sizeof(ti);
+	memcpy(val, &ti, n);
+	*len = n;
+	return 0;
+}
+
+/*
+ * Options a server sets on every accepted connection (redis: TCP_NODELAY
+ * and the keepalive four), answered for streams without the kernel: each
+ * would be a system call per connection on the placeholder, which carries
+ * no traffic. Ranges as the kernel checks them (tcp.h MAX_TCP_KEEP*).
+ */
+static const struct {
+	int level, name, lo, hi;
+	bool boolean;
+} sock_opt_table[5] = {
+	{IPPROTO_TCP, TCP_NODELAY, INT_MIN, INT_MAX, true},
+	{SOL_SOCKET, SO_KEEPALIVE, INT_MIN, INT_MAX, true},
+	{IPPROTO_TCP, TCP_KEEPIDLE, 1, 32767, false},
+	{IPPROTO_TCP, TCP_KEEPINTVL, 1, 32767, false},
+	{IPPROTO_TCP, TCP_KEEPCNT, 1, 127, false},
+};
+
+static int sock_opt_index(int level, int name)
+{
+	for (int i = 0; i < 5; i++)
+		if (sock_opt_table[i].level == level && sock_opt_table[i].name == name)
+			return i;
+	return -1;
+}
+
+FERRY_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	struct ffile *f = sock_file(fd);
+	int rc = 1;
+	if (f && f->kind == FFILE_SOCK && val && len) {
+		struct fsock *sk = f->priv;
+		ferry_lock();
+		if (level == SOL_SOCKET && name == SO_ERROR && *len >= sizeof(int)) {
+			int e = 0;
+			if (sk->state == FSOCK_STREAM)
+				e = stream_take_error(sk->stream);
+			else if (sk->state == FSOCK_FAILED) {
+				e = sk->so_error;
+				sk->so_error = 0;
+			}
+			if (e || sk->state == FSOCK_STREAM || sk->state == FSOCK_CONNECTING ||
+			    sk->state == FSOCK_FAILED) {
+				*(int *)val = e;
+				*len = sizeof(int);
+				rc = 0;
+			}
+		} else if (level == IPPROTO_TCP && name == TCP_INFO && sk->state == FSOCK_STREAM) {
+			rc = sock_tcp_info(sk, val, len);
+		} else {
+			int i = sock_opt_index(level, name);
+			if (i >= 0 && (sk->opt_set & (1u << i)) && (int)*len >= 0) {
+				/* As the kernel: an int, truncated to the length asked. */
+				socklen_t n = *len < sizeof(int) ? *len : sizeof(int);
+				memcpy(val, &sk->opt_val[i], n);
+				*len = n;
+				rc = 0;
+			}
+		}
+		ferry_unlock();
+	}
+	if (f)
+		ffile_put(&fdtab, f);
+	if (rc == 1)
+		return libc()->getsockopt(fd, level, name, val, len);
+	return (int)ferry_ret(rc);
+}
+
+static uint64_t timeval_ns(const void *val, socklen_t len)
+{
+	if (len < sizeof(struct timeval))
+		return 0;
+	const struct timeval *tv = val;
+	return (uint64_t)tv->tv_sec * 1000000000ull + (uint64_t)tv->tv_usec * 1000ull;
+}
+
+/* 1: not a stream option kept here; else 0 or -errno. */
+static int sock_setopt_stream(struct ffile *f, int level, int name, const void *val,
+			      socklen_t len)
+{
+	int i = sock_opt_index(level, name);
+	if (i < 0 || !val || f->kind != FFILE_SOCK)
+		return 1;
+	struct fsock *sk = f->priv;
+	int rc = 1;
+	ferry_lock();
+	if (sk->state == FSOCK_STREAM) {
+		int v = 0;
+		if (len < sizeof(int)) {
+			rc = -EINVAL;
+		} else {
+			memcpy(&v, val, sizeof(v));
+			if (sock_opt_table[i].boolean)
+				v = v != 0;
+			rc = v < sock_opt_table[i].lo || v > sock_opt_table[i].hi ? -EINVAL : 0;
+		}
+		if (rc == 0) {
+			sk->opt_val[i] = v;
+			sk->opt_set |= (uint8_t)(1u << i);
+		}
+	}
+	ferry_unlock();
+	return rc;
+}
+
+/* Ferry notes the timeouts it must honour, once the kernel took them. */
+static void sock_setopt_note(struct ffile *f, int level, int name, const void *val,
+			     socklen_t len)
+{
+	if (f->kind != FFILE_SOCK || level != SOL_SOCKET)
+		return;
+	struct fsock *sk = f->priv;
+	if (name == SO_RCVTIMEO)
+		sk->rcvtimeo_ns = timeval_ns(val, len);
+	else if (name == SO_SNDTIMEO)
+		sk->sndtimeo_ns = timeval_ns(val, len);
+	else if (name == SO_LINGER && len >= sizeof(struct linger))
+		sk->linger0 = ((const struct linger *)val)->l_onoff &&
+			      ((const struct linger *)val)->l_linger == 0;
+}
+
+FERRY_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	struct ffile *f = sock_file(fd);
+	if (!f)
+		return libc()->setsockopt(fd, level, name, val, len);
+	int rc = sock_setopt_stream(f, level, name, val, len);
+	if (rc == 1) {
+		/* The kernel keeps every other option on the placeholder, so
+		 * getsockopt answers as it would. */
+		sock_kernel_own(f, fd);
+		rc = libc()->setsockopt(fd, level, name, val, len) == 0 ? 0 : -errno;
+		if (rc == 0)
+			sock_setopt_note(f, level, name, val, len);
+	}
+	return sock_done(f, rc);
+}
+
+FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	va_start(ap, req);
+	void *arg = va_arg(ap, void *);
+	va_end(ap);
+	struct ffile *f = sock_file(fd);
+	if (!f || f->kind != FFILE_SOCK)
+		goto kernel;
+	struct fsock *sk = f->priv;
+	if (req == FIONBIO && arg) {
+		ffile_set_nonblock(f, *(int *)arg != 0);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with sock_let_go's */
+		if (f->hybrid || sock_pooled_clean(sk)) {
+			ffile_put(&fdtab, f);
+			return 0; /* the kernel side stays non-blocking, or is pooled */
+		}
+		goto kernel;
+	}
+	if (req == FIOCLEX || req == FIONCLEX) {
+		sk->cloexec_unknown = true;
+		goto kernel;
+	}
+	if ((req == FIONREAD || req == SIOCOUTQ) && arg) {
+		int v = -1;
+		ferry_lock();
+		if (sk->state == FSOCK_STREAM)
+			v = (int)(req == FIONREAD ? rxbuf_avail(&sk->stream->rx)
+						  : stream_tx_queued(sk->stream));
+		ferry_unlock();
+		if (v >= 0) {
+			*(int *)arg = v;
+			ffile_put(&fdtab, f);
+			return 0;
+		}
+	}
+	sock_kernel_own(f, fd);
+kernel:
+	if (f)
+		ffile_put(&fdtab, f);
+	return libc()->ioctl(fd, req, arg);
+}

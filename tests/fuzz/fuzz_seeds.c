@@ -10,9 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/stat.h>
 
 #include "mgmt/mgmt_wire.h"
+#include "preload/stream.h"
+#include "preload/stream_wire.h"
 #include "transport/log.h"
 #include "transport/nic.h"
 #include "transport/pkthdr.h"
@@ -173,6 +176,139 @@ static void seeds_softib_ring(void)
 	put("softib_ring", "drop-then-wrap", wrap, n);
 }
 
+/* --- stream_wire: operations (see fuzz_stream_wire.c) --- */
+
+struct ops {
+	uint8_t b[1024];
+	size_t n;
+};
+
+static void op_bytes(struct ops *o, const void *p, size_t len)
+{
+	memcpy(o->b + o->n, p, len);
+	o->n += len;
+}
+
+/* A request of type, its sid replaced by the stream b opened when mine. */
+static void op_request(struct ops *o, uint8_t type, bool mine, const void *body, uint16_t len)
+{
+	const uint8_t head[] = {0, (uint8_t)((type - STREAM_REQ_OPEN) | (mine ? 0x80 : 0)),
+				(uint8_t)len, (uint8_t)(len >> 8)};
+	op_bytes(o, head, sizeof(head));
+	op_bytes(o, body, len);
+}
+
+static void op_answer(struct ops *o, const void *body, uint16_t len)
+{
+	const uint8_t head[] = {1, (uint8_t)len, (uint8_t)(len >> 8)};
+	op_bytes(o, head, sizeof(head));
+	op_bytes(o, body, len);
+}
+
+static void op_app(struct ops *o, uint8_t what, uint8_t n)
+{
+	op_bytes(o, (uint8_t[]){2, what, n}, 3);
+}
+
+static void op_pump(struct ops *o)
+{
+	op_bytes(o, (uint8_t[]){3, 3}, 2);
+}
+
+/* The client's OPEN of 127.0.0.1:7000 (the target's listener), and its answer. */
+static void op_open(struct ops *o)
+{
+	struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(7000),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in src = dst;
+	src.sin_port = htons(40000);
+	struct wire_open w = {.client_sid = 1, .window = 256u << 10};
+	wire_addr_from(&w.dst, (struct sockaddr *)&dst);
+	wire_addr_from(&w.src, (struct sockaddr *)&src);
+	op_request(o, STREAM_REQ_OPEN, false, &w, sizeof(w));
+	op_pump(o);
+}
+
+static void op_data(struct ops *o, uint64_t seq, const char *text)
+{
+	uint8_t body[sizeof(struct wire_seg) + 64];
+	struct wire_seg seg = {.value = seq};
+	memcpy(body, &seg, sizeof(seg));
+	memcpy(body + sizeof(seg), text, strlen(text));
+	op_request(o, STREAM_REQ_DATA, true, body, (uint16_t)(sizeof(seg) + strlen(text)));
+}
+
+static void op_ack(struct ops *o, uint32_t flags, uint64_t seq, const char *reply)
+{
+	uint8_t body[sizeof(struct wire_ack) + 64];
+	struct wire_ack a = {.flags = flags, .seq = seq};
+	memcpy(body, &a, sizeof(a));
+	memcpy(body + sizeof(a), reply, strlen(reply));
+	op_answer(o, body, (uint16_t)(sizeof(a) + strlen(reply)));
+}
+
+static void op_seg(struct ops *o, uint8_t type, uint64_t value)
+{
+	struct wire_seg seg = {.value = value};
+	op_request(o, type, true, &seg, sizeof(seg));
+}
+
+static void seeds_stream_wire(void)
+{
+	struct ops o = {.n = 0};
+	op_open(&o);
+	op_data(&o, 0, "GET / HTTP/1.0\r\n\r\n");
+	op_pump(&o);
+	op_app(&o, 1, 4); /* read it */
+	op_app(&o, 0, 2); /* reply, in DATA's answer */
+	op_pump(&o);
+	op_seg(&o, STREAM_REQ_FIN, 18);
+	op_pump(&o);
+	op_app(&o, 3, 0); /* close */
+	op_pump(&o);
+	put("stream_wire", "open-data-reply-fin", o.b, o.n);
+
+	o.n = 0;
+	op_open(&o);
+	op_app(&o, 0, 64); /* b writes first: DATA to the peer */
+	op_pump(&o);
+	op_ack(&o, 0, 0, "pong");
+	op_ack(&o, ACK_FIN, 4, "");
+	op_seg(&o, STREAM_REQ_WINDOW, 1024);
+	op_pump(&o);
+	op_app(&o, 1, 8);
+	op_seg(&o, STREAM_REQ_RESET, 0);
+	op_pump(&o);
+	put("stream_wire", "server-writes-answers-reset", o.b, o.n);
+
+	o.n = 0;
+	op_open(&o);
+	op_seg(&o, STREAM_REQ_MOVE, 0xC00C1E);
+	op_pump(&o);
+	struct wire_attach at = {.seg = {.value = 0xC00C1E}, .sid = 9, .window = 256u << 10};
+	op_request(&o, STREAM_REQ_ATTACH, true, &at, sizeof(at));
+	op_pump(&o);
+	op_app(&o, 4, 1); /* and b moves it out */
+	op_pump(&o);
+	op_ack(&o, 0, 0, "");
+	op_pump(&o);
+	put("stream_wire", "move-attach", o.b, o.n);
+
+	o.n = 0;
+	op_app(&o, 0x80 | 0, 4); /* b connects to the peer and writes */
+	op_pump(&o);
+	struct wire_open_resp r = {.server_sid = 3, .window = 256u << 10};
+	op_answer(&o, &r, sizeof(r));
+	op_pump(&o);
+	op_ack(&o, 0, 0, "reply");
+	op_app(&o, 0x80 | 1, 4);
+	op_app(&o, 0x80 | 3, 0);
+	op_pump(&o);
+	op_ack(&o, ACK_FIN, 5, "");
+	op_pump(&o);
+	put("stream_wire", "client-open-answered", o.b, o.n);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -187,5 +323,6 @@ int main(int argc, char **argv)
 	seeds_mgmt_wire(msgs, n);
 	seeds_rendezvous(msgs);
 	seeds_softib_ring();
+	seeds_stream_wire();
 	return 0;
 }

@@ -80,6 +80,10 @@ static int get_route(const uint8_t *p, struct nic_route *r)
 {
 	if (p[1] > NIC_ROUTE_BYTES)
 		return -EBADMSG;
+	/* put_route zeroes what the route does not use: bytes there are not ours. */
+	for (unsigned i = 2u + p[1]; i < ROUTE_WIRE_SIZE; i++)
+		if (p[i])
+			return -EBADMSG;
 	memset(r, 0, sizeof(*r));
 	r->kind = p[0];
 	r->len = p[1];

@@ -1,5 +1,7 @@
 #!/bin/sh
 # Installs everything ferry builds, tests and benchmarks with (Debian 12, as root).
+# libclang-rt-14-dev holds the sanitizer and libFuzzer runtimes make fuzz links:
+# clang only recommends it, and recommendations are not installed here.
 set -e
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -10,4 +12,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	libibverbs-dev librdmacm-dev ibverbs-utils libcap-dev uthash-dev libcriterion-dev \
 	redis-server redis-tools memcached libmemcached-tools \
 	nginx-light wrk curl postgresql postgresql-contrib \
-	strace valgrind hyperfine iproute2 procps python3
+	strace valgrind hyperfine iproute2 procps python3 \
+	clang libfuzzer-14-dev libclang-rt-14-dev

@@ -1,8 +1,8 @@
 #!/bin/sh
-# Builds ferry and runs the whole test suite (make check), the unit and
-# protocol tests again under valgrind, then the whole suite again under
-# AddressSanitizer + UndefinedBehaviorSanitizer, then make distcheck (its
-# tarball build runs the quick tests only).
+# Builds ferry and runs the whole test suite (make check), the fuzz targets
+# (make fuzz), the unit and protocol tests again under valgrind, then the
+# whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer, then
+# make distcheck (its tarball build runs the quick tests only).
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -23,6 +23,8 @@ run_suite() { # build dir, check target, configure flags...
 }
 
 run_suite build/plain check --enable-werror
+# Every decoder of untrusted bytes under libFuzzer, FUZZ_SECONDS each (two at once).
+run_suite build/plain fuzz
 run_suite build/plain check-valgrind
 run_suite build/sanitizers check --enable-sanitizers --enable-werror
 run_suite build/plain distcheck-quick

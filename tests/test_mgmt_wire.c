@@ -101,6 +101,9 @@ Test(mgmt_wire, refuses_what_does_not_fit)
 	buf[MGMT_WIRE_HDR_SIZE + 12 + 1] = NIC_ROUTE_BYTES + 1; /* route length */
 	cr_assert_eq(mgmt_wire_decode(buf, len, &out), -EBADMSG);
 	buf[MGMT_WIRE_HDR_SIZE + 12 + 1] = 11;
+	buf[MGMT_WIRE_HDR_SIZE + 12 + 2 + 11] = 1; /* past the route's length (found by fuzzing) */
+	cr_assert_eq(mgmt_wire_decode(buf, len, &out), -EBADMSG);
+	buf[MGMT_WIRE_HDR_SIZE + 12 + 2 + 11] = 0;
 	buf[MGMT_WIRE_HDR_SIZE + 3] = 0x80; /* negative status */
 	cr_assert_eq(mgmt_wire_decode(buf, len, &out), -EBADMSG);
 	buf[MGMT_WIRE_HDR_SIZE + 3] = 0;

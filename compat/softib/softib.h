@@ -28,6 +28,8 @@ struct softib_qp_counters {
 	uint64_t drop_qkey;    /* QKey mismatch */
 	uint64_t drop_state;   /* QP not in RTR or later */
 	uint64_t rx_direct;    /* written by the sender straight into a posted buffer */
+	uint64_t drop_malformed; /* ring entries no sender could have written (the
+				    receiver's count: the ring's own are writable) */
 };
 
 int softib_qp_counters(struct ibv_qp *qp, struct softib_qp_counters *out);

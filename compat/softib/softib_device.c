@@ -337,6 +337,7 @@ int softib_qp_counters(struct ibv_qp *qp, struct softib_qp_counters *out)
 	out->drop_qkey = __atomic_load_n(&q->shm->drop_qkey, __ATOMIC_RELAXED);
 	out->drop_state = __atomic_load_n(&q->shm->drop_state, __ATOMIC_RELAXED);
 	out->rx_direct = __atomic_load_n(&q->shm->rx_direct, __ATOMIC_RELAXED);
+	out->drop_malformed = q->drop_malformed;
 	return 0;
 }
 

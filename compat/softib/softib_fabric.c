@@ -336,6 +336,42 @@ unsigned sib_fabric_reclaim(struct sib_fabric *fab)
 	return n;
 }
 
+/* A ring: header, slots, the posted receives as senders see them, the area. */
+static size_t sib_ring_rxq_off(uint32_t nslots)
+{
+	return SIB_RING_OFFSET + (size_t)nslots * SIB_SLOT_SIZE;
+}
+
+static size_t sib_ring_area_off(uint32_t nslots)
+{
+	return (sib_ring_rxq_off(nslots) + (size_t)nslots * sizeof(struct sib_rxq_ent) + 4095u) &
+	       ~(size_t)4095u;
+}
+
+size_t sib_ring_len(uint32_t nslots, size_t area)
+{
+	return sib_ring_area_off(nslots) + area;
+}
+
+void sib_ring_init(struct sib_qp *qp, void *m, uint32_t nslots, size_t area)
+{
+	struct sib_qp_shm *q = m;
+	q->qpn = qp->qp.qp_num;
+	q->nslots = nslots;
+	q->leased = 1;
+	q->rxq_off = sib_ring_rxq_off(nslots);
+	q->area_off = sib_ring_area_off(nslots);
+	q->area_len = area;
+	sib_shm_lock_init(&q->lock);
+	__atomic_store_n(&q->magic, SIB_MAGIC_QP, __ATOMIC_RELEASE);
+	qp->shm = q;
+	qp->shm_len = sib_ring_len(nslots, area);
+	qp->nslots = nslots;
+	qp->rxq = (struct sib_rxq_ent *)(void *)((uint8_t *)m + q->rxq_off);
+	qp->area = area ? (uint8_t *)m + q->area_off : NULL;
+	qp->area_len = area;
+}
+
 int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslots)
 {
 	struct sib_fabric *fab = &c->fab;
@@ -363,11 +399,7 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	char path[256], tmp[256];
 	sib_qp_path(fab, qpn, path, sizeof(path));
 	snprintf(tmp, sizeof(tmp), "%s/.new.%d.%06x", fab->dir, (int)getpid(), qpn);
-	/* Header, slots, the posted receives as senders see them, the area. */
-	size_t rxq_off = SIB_RING_OFFSET + (size_t)nslots * SIB_SLOT_SIZE;
-	size_t area_off = (rxq_off + (size_t)nslots * sizeof(struct sib_rxq_ent) + 4095u) &
-			  ~(size_t)4095u;
-	size_t len = area_off + c->next_area;
+	size_t len = sib_ring_len(nslots, c->next_area);
 	unlink(tmp);
 	/* Built aside and renamed into place with its lease already held, so a
 	 * sweep (sib_sweep_rings) never sees an unleased ring of a live QP. The
@@ -387,15 +419,8 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 		sib_shm_unlock(&s->lock);
 		return rc;
 	}
-	struct sib_qp_shm *q = m;
-	q->qpn = qpn;
-	q->nslots = nslots;
-	q->leased = 1;
-	q->rxq_off = rxq_off;
-	q->area_off = area_off;
-	q->area_len = c->next_area;
-	sib_shm_lock_init(&q->lock);
-	__atomic_store_n(&q->magic, SIB_MAGIC_QP, __ATOMIC_RELEASE);
+	qp->qp.qp_num = qpn;
+	sib_ring_init(qp, m, nslots, c->next_area);
 	if (rename(tmp, path)) {
 		rc = errno;
 		munmap(m, len);
@@ -411,14 +436,9 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	e->pidns = sib_pidns();
 	__atomic_store_n(&e->live, 1, __ATOMIC_RELEASE);
 	sib_shm_unlock(&s->lock);
-	qp->shm = q;
-	qp->shm_len = len;
-	qp->area = c->next_area ? (uint8_t *)m + area_off : NULL;
-	qp->area_len = c->next_area;
 	c->next_area = 0; /* for one QP */
 	qp->ring_fd = fd;
 	snprintf(qp->shm_path, sizeof(qp->shm_path), "%s", path);
-	qp->qp.qp_num = qpn;
 	return 0;
 }
 
@@ -443,14 +463,12 @@ void sib_fabric_qp_destroy(struct sib_context *c, struct sib_qp *qp)
 
 /* The mapping of qpn's ring (and its length), opened on first use; NULL if
  * it is gone. */
-static struct sib_qp_shm *sib_peer_ring(struct sib_context *c, uint32_t qpn, size_t *len)
+static struct sib_peer_map *sib_peer_ring(struct sib_context *c, uint32_t qpn)
 {
 	struct sib_peer_map *pm;
 	HASH_FIND(hh, c->peers, &qpn, sizeof(qpn), pm);
-	if (pm && !__atomic_load_n(&pm->shm->dead, __ATOMIC_ACQUIRE)) {
-		*len = pm->len;
-		return pm->shm;
-	}
+	if (pm && !__atomic_load_n(&pm->shm->dead, __ATOMIC_ACQUIRE))
+		return pm;
 	if (pm) {
 		HASH_DEL(c->peers, pm);
 		pm->next_dead = c->dead_maps;
@@ -469,10 +487,12 @@ static struct sib_qp_shm *sib_peer_ring(struct sib_context *c, uint32_t qpn, siz
 	if (m == MAP_FAILED)
 		return NULL;
 	struct sib_qp_shm *q = m;
-	/* Bound what the file claims by what it holds. */
+	/* Bound what the file claims by what it holds, once: the number of
+	 * slots kept is the one checked, whatever the file says later. */
+	uint32_t nslots = __atomic_load_n(&q->nslots, __ATOMIC_RELAXED);
 	if (__atomic_load_n(&q->magic, __ATOMIC_ACQUIRE) != SIB_MAGIC_QP || q->qpn != qpn ||
-	    q->nslots == 0 || (q->nslots & (q->nslots - 1)) ||
-	    SIB_RING_OFFSET + (size_t)q->nslots * SIB_SLOT_SIZE > (size_t)st.st_size) {
+	    nslots == 0 || (nslots & (nslots - 1)) ||
+	    SIB_RING_OFFSET + (size_t)nslots * SIB_SLOT_SIZE > (size_t)st.st_size) {
 		munmap(m, (size_t)st.st_size);
 		return NULL;
 	}
@@ -482,11 +502,11 @@ static struct sib_qp_shm *sib_peer_ring(struct sib_context *c, uint32_t qpn, siz
 		return NULL;
 	}
 	pm->qpn = qpn;
+	pm->nslots = nslots;
 	pm->shm = q;
 	pm->len = (size_t)st.st_size;
 	HASH_ADD(hh, c->peers, qpn, sizeof(pm->qpn), pm);
-	*len = pm->len;
-	return q;
+	return pm;
 }
 
 void sib_peer_maps_free(struct sib_context *c)
@@ -547,19 +567,21 @@ static struct sib_qp_shm *sib_wire_hold(struct sib_context *c, struct sib_qp *sr
 	sib_wire_release(c, w);
 	struct sib_qp_shm *q = src->last_ring;
 	if (!q || src->last_qpn != dst_qpn || __atomic_load_n(&q->dead, __ATOMIC_ACQUIRE)) {
-		size_t len = 0;
 		pthread_mutex_lock(&c->lock);
-		q = sib_peer_ring(c, dst_qpn, &len);
+		struct sib_peer_map *pm = sib_peer_ring(c, dst_qpn);
 		pthread_mutex_unlock(&c->lock);
-		if (!q)
+		if (!pm)
 			return NULL;
+		q = pm->shm;
 		src->last_ring = q;
-		src->last_ring_len = len;
+		src->last_ring_len = pm->len;
+		src->last_ring_nslots = pm->nslots;
 		src->last_qpn = dst_qpn;
 	}
 	sib_shm_lock(&q->lock);
 	w->q = q;
 	w->len = src->last_ring_len;
+	w->nslots = src->last_ring_nslots;
 	w->qpn = dst_qpn;
 	w->woke = false;
 	return q;
@@ -587,25 +609,27 @@ void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
 	 * lock), so a stale view of them errs towards "no room": look again
 	 * only then, and drop if there really is none. */
 	uint64_t tail = q->tail;
-	if (q->snd_granted <= tail || tail - q->snd_head >= q->nslots) {
+	const uint32_t nslots = w->nslots;
+	if (q->snd_granted <= tail || tail - q->snd_head >= nslots) {
 		q->snd_granted = __atomic_load_n(&q->granted, __ATOMIC_ACQUIRE);
 		q->snd_head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
-		if (q->snd_granted <= tail || tail - q->snd_head >= q->nslots) {
+		if (q->snd_granted <= tail || tail - q->snd_head >= nslots) {
 			q->drop_no_recv++;
 			return;
 		}
 	}
 	/* The receive this packet will complete: in the area, and big enough,
 	 * it takes GRH and payload now (bounded by our mapping, not by what the
-	 * ring says) and its entry becomes the completion; otherwise the packet
-	 * waits in its slot for ibv_poll_cq. */
+	 * ring says, read once) and its entry becomes the completion; otherwise
+	 * the packet waits in its slot for ibv_poll_cq. */
 	uint8_t *dst = NULL;
 	struct sib_rxq_ent *e = NULL;
-	size_t rxq_end = q->rxq_off + (size_t)q->nslots * sizeof(struct sib_rxq_ent);
-	if (rxq_end > q->rxq_off && rxq_end <= w->len) {
-		e = (struct sib_rxq_ent *)(void *)((uint8_t *)q + q->rxq_off) +
-		    (tail & (q->nslots - 1));
-		uint64_t off = e->off, room = e->len;
+	uint64_t rxq_off = __atomic_load_n(&q->rxq_off, __ATOMIC_RELAXED);
+	uint64_t rxq_end = rxq_off + (uint64_t)nslots * sizeof(struct sib_rxq_ent);
+	if (rxq_off % _Alignof(struct sib_rxq_ent) == 0 && rxq_end > rxq_off && rxq_end <= w->len) {
+		e = (struct sib_rxq_ent *)(void *)((uint8_t *)q + rxq_off) + (tail & (nslots - 1));
+		uint64_t off = __atomic_load_n(&e->off, __ATOMIC_RELAXED);
+		uint64_t room = __atomic_load_n(&e->len, __ATOMIC_RELAXED);
 		if (off >= rxq_end && off < w->len && room <= w->len - off &&
 		    room >= SIB_GRH + (uint64_t)len)
 			dst = (uint8_t *)q + off;
@@ -618,8 +642,7 @@ void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
 		q->rx_direct++;
 	} else {
 		struct sib_slot *slot = (struct sib_slot *)(void *)(
-			(uint8_t *)q + SIB_RING_OFFSET +
-			(size_t)(tail & (q->nslots - 1)) * SIB_SLOT_SIZE);
+			(uint8_t *)q + SIB_RING_OFFSET + (size_t)(tail & (nslots - 1)) * SIB_SLOT_SIZE);
 		slot->len = len;
 		slot->src_qpn = src->qp.qp_num;
 		memcpy(slot->sgid, sgid, 16);

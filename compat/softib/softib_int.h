@@ -148,6 +148,7 @@ struct sib_fabric {
 /* A peer's ring as this process maps it (cached per context). */
 struct sib_peer_map {
 	uint32_t qpn;
+	uint32_t nslots; /* as checked against len when mapped */
 	struct sib_qp_shm *shm;
 	size_t len;
 	UT_hash_handle hh;
@@ -232,6 +233,11 @@ struct sib_qp {
 	uint32_t sq_psn;
 	struct sib_qp_shm *shm;
 	size_t shm_len;
+	/* The ring's shape as this owner laid it out: what the header says
+	 * may have been rewritten by any process of the user. */
+	uint32_t nslots;
+	struct sib_rxq_ent *rxq;
+	uint64_t drop_malformed; /* ring entries that could not be true, dropped */
 	uint8_t *area; /* in shm; NULL if none */
 	size_t area_len;
 	char shm_path[256];
@@ -246,6 +252,7 @@ struct sib_qp {
 	uint32_t last_qpn;
 	struct sib_qp_shm *last_ring;
 	size_t last_ring_len;
+	uint32_t last_ring_nslots;
 };
 
 static inline struct sib_context *sib_ctx(struct ibv_context *c)
@@ -263,6 +270,11 @@ uint64_t sib_pidns(void);
 void sib_shm_lock(pthread_mutex_t *m);
 void sib_shm_unlock(pthread_mutex_t *m);
 int sib_shm_lock_init(pthread_mutex_t *m);
+/* Bytes of a ring of nslots slots with an area of area bytes. */
+size_t sib_ring_len(uint32_t nslots, size_t area);
+/* Lays out a new ring in m (sib_ring_len bytes, zeroed) for its owner qp,
+ * whose qp_num is set, and points qp at it. */
+void sib_ring_init(struct sib_qp *qp, void *m, uint32_t nslots, size_t area);
 /* Creates the ring of a new QP; returns 0 or errno. */
 int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslots);
 void sib_fabric_qp_destroy(struct sib_context *c, struct sib_qp *qp);
@@ -273,6 +285,7 @@ bool sib_fabric_qp_live(struct sib_fabric *fab, uint32_t qpn);
 struct sib_wire {
 	struct sib_qp_shm *q; /* locked, or NULL */
 	size_t len;           /* of its mapping: bounds what the ring says */
+	uint32_t nslots;      /* checked against len when mapped: the ring's may change */
 	uint32_t qpn;
 	bool woke; /* the receiver was checked for sleep since the lock was taken */
 };

@@ -321,8 +321,7 @@ int sib_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 static void sib_rxq_publish(struct sib_qp *qp, struct sib_rwqe *w, uint64_t seq)
 {
 	struct sib_qp_shm *q = qp->shm;
-	struct sib_rxq_ent *e = (struct sib_rxq_ent *)(void *)((uint8_t *)q + q->rxq_off) +
-				(seq & (q->nslots - 1));
+	struct sib_rxq_ent *e = &qp->rxq[seq & (qp->nslots - 1)];
 	const struct ibv_sge *g = &w->sge[0];
 	uintptr_t lo = (uintptr_t)qp->area;
 	w->direct = qp->area && w->num_sge == 1 && g->addr >= lo && g->addr < lo + qp->area_len &&
@@ -383,9 +382,10 @@ void sib_build_grh(uint8_t *grh, uint32_t len, const uint8_t *sgid, const uint8_
 	memcpy(grh + 24, dgid, 16);
 }
 
-/* Scatters GRH + payload into the WQE's SGEs; returns the completion status. */
+/* Scatters GRH + the slot's len payload bytes into the WQE's SGEs; returns
+ * the completion status. */
 static enum ibv_wc_status sib_scatter(struct sib_qp *qp, const struct sib_rwqe *w,
-				      const struct sib_slot *s)
+				      const struct sib_slot *s, uint32_t len)
 {
 	struct sib_context *c = sib_ctx(qp->qp.context);
 	uint64_t room = 0;
@@ -394,7 +394,6 @@ static enum ibv_wc_status sib_scatter(struct sib_qp *qp, const struct sib_rwqe *
 			return IBV_WC_LOC_PROT_ERR;
 		room += w->sge[i].length;
 	}
-	uint32_t len = s->len > SIB_MAX_MSG ? SIB_MAX_MSG : s->len;
 	if (room < SIB_GRH + (uint64_t)len)
 		return IBV_WC_LOC_LEN_ERR;
 	uint8_t grh[SIB_GRH];
@@ -419,13 +418,32 @@ static enum ibv_wc_status sib_scatter(struct sib_qp *qp, const struct sib_rwqe *
 	return IBV_WC_SUCCESS;
 }
 
+/* The length a packet's entry or slot header says, if a sender could have
+ * written it for receive w: a direct one fits the buffer it went to. Any
+ * process of the user can write the ring, so what cannot be true is
+ * dropped (the receive completes in error) and counted. */
+static bool sib_rx_len_ok(struct sib_qp *qp, const struct sib_rwqe *w, uint32_t len, bool direct)
+{
+	bool ok = direct ? w->direct && w->sge[0].length >= SIB_GRH &&
+				   len <= w->sge[0].length - SIB_GRH
+			 : len <= SIB_MAX_MSG;
+	if (!ok)
+		qp->drop_malformed++;
+	return ok;
+}
+
 int sib_qp_poll_recv(struct sib_qp *qp, struct ibv_wc *wc, int max)
 {
 	struct sib_qp_shm *q = qp->shm;
 	uint64_t head = q->head, tail = __atomic_load_n(&q->tail, __ATOMIC_ACQUIRE);
+	/* Senders place a packet only against a posted receive, so the ring
+	 * never holds more than its slots: a tail further on is a writer that
+	 * ignored the rules. Its packets are dropped, and this loop ends. */
+	if (tail - head > qp->nslots) {
+		qp->drop_malformed++;
+		head = tail;
+	}
 	int got = 0;
-	const struct sib_rxq_ent *rxq =
-		(const struct sib_rxq_ent *)(const void *)((const uint8_t *)q + q->rxq_off);
 	while (got < max && head != tail) {
 		if (qp->rq_count == 0) {
 			/* Only after a reset raced a sender: the packet has no home. */
@@ -433,23 +451,23 @@ int sib_qp_poll_recv(struct sib_qp *qp, struct ibv_wc *wc, int max)
 			continue;
 		}
 		struct sib_rwqe *w = &qp->rq[qp->rq_head];
-		const struct sib_rxq_ent *e = &rxq[head & (q->nslots - 1)];
-		uint32_t len = e->len, src_qpn = e->src_qpn;
+		uint32_t i = (uint32_t)head & (qp->nslots - 1);
+		const struct sib_rxq_ent *e = &qp->rxq[i];
+		uint32_t len = __atomic_load_n(&e->len, __ATOMIC_RELAXED);
+		uint32_t src_qpn = __atomic_load_n(&e->src_qpn, __ATOMIC_RELAXED);
 		enum ibv_wc_status st;
 		if (len & SIB_RXQ_DIRECT) {
 			/* Already in place, if it went where this WQE points. */
 			len &= ~SIB_RXQ_DIRECT;
-			st = w->direct ? IBV_WC_SUCCESS : IBV_WC_GENERAL_ERR;
+			st = sib_rx_len_ok(qp, w, len, true) ? IBV_WC_SUCCESS : IBV_WC_LOC_LEN_ERR;
 		} else {
 			const struct sib_slot *s = (const struct sib_slot *)(const void *)(
-				(const uint8_t *)q + SIB_RING_OFFSET +
-				(size_t)(head & (q->nslots - 1)) * SIB_SLOT_SIZE);
-			st = sib_scatter(qp, w, s);
-			len = s->len;
-			src_qpn = s->src_qpn;
+				(const uint8_t *)q + SIB_RING_OFFSET + (size_t)i * SIB_SLOT_SIZE);
+			len = __atomic_load_n(&s->len, __ATOMIC_RELAXED);
+			src_qpn = __atomic_load_n(&s->src_qpn, __ATOMIC_RELAXED);
+			st = sib_rx_len_ok(qp, w, len, false) ? sib_scatter(qp, w, s, len)
+							       : IBV_WC_LOC_LEN_ERR;
 		}
-		if (len > SIB_MAX_MSG)
-			len = SIB_MAX_MSG;
 		wc[got++] = (struct ibv_wc){
 			.wr_id = w->wr_id,
 			.status = st,

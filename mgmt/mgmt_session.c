@@ -409,6 +409,8 @@ static void on_connect_resp(struct mgmt *m, const struct mgmt_msg *msg, const st
 	if (route.kind == local.kind && msg->data_per_pkt >= RPC_MIN_PKT_DATA &&
 	    msg->data_per_pkt <= p->max_data) {
 		nic_route_fixup(rpc_nic(p->rpc), &route, (const struct sockaddr *)&from->ss, from->len);
+		rpc_session_set_origin(p->rpc, p->session, (const struct sockaddr *)&from->ss,
+				       from->len);
 		rc = rpc_session_connect(p->rpc, p->session, &route, msg->session, msg->data_per_pkt);
 	}
 	rpc_unlock(p->rpc);
@@ -508,6 +510,8 @@ static void on_connect_req(struct mgmt *m, struct rpc *rpc, int fd, const struct
 		if (session >= 0) {
 			nic_route_fixup(rpc_nic(rpc), &route, (const struct sockaddr *)&from->ss,
 					from->len);
+			rpc_session_set_origin(rpc, session, (const struct sockaddr *)&from->ss,
+					       from->len);
 			rc = rpc_session_connect(rpc, session, &route, msg->session, agreed);
 			if (rc < 0)
 				rpc_session_reset(rpc, session, rc);

@@ -19,7 +19,7 @@ libferry_preload_la_SOURCES = \
 	preload/peercache.c preload/peercache.h \
 	preload/socket.c preload/sock.h preload/sock_internal.h \
 	preload/sock_connect.c preload/sock_listen.c preload/sockopt.c preload/fcntl.c \
-	preload/sockaddr.c preload/sockaddr.h \
+	preload/sockaddr.c preload/sockaddr.h preload/localaddr.c preload/localaddr.h \
 	preload/io.c \
 	preload/progress.c preload/progress.h \
 	preload/fork.c \

@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 
 #include "preload/ferry.h"
+#include "preload/localaddr.h"
 #include "transport/stats.h"
 
 /* How many times a client follows a shared listener elsewhere. */
@@ -182,6 +183,36 @@ static void respond(struct rpc *rpc, struct rpc_req *req, const void *body, uint
 	rpc_respond(rpc, req);
 }
 
+/*
+ * Whether the peer could have reached w->dst with kernel TCP, and the
+ * address the application sees it with (*peer). A peer is where its
+ * session's handshake came from (its origin), with the port it claims:
+ * what it says of its own address counts only when both are this host's
+ * (a client bound to another of our addresses). Loopback is reached only
+ * from this host, as the kernel drops 127.0.0.1 arriving from a wire, and
+ * nobody reaches an address that is not ours. False: refuse, as a port
+ * nobody listens on.
+ */
+static bool open_reach(struct rpc *rpc, int session, const struct wire_open *w,
+		       struct wire_addr *peer)
+{
+	struct sockaddr_storage origin, dst, src;
+	if (!rpc_session_origin(rpc, session, &origin))
+		return false;
+	wire_addr_to(&w->dst, AF_INET6, &dst); /* v4 as mapped: both families */
+	wire_addr_to(&w->src, AF_INET6, &src);
+	bool origin_here = localaddr_is_local((struct sockaddr *)&origin);
+	if (localaddr_is_loopback((struct sockaddr *)&dst) ? !origin_here
+							  : !localaddr_is_local((struct sockaddr *)&dst))
+		return false;
+	*peer = w->src;
+	if (!origin_here || !localaddr_is_local((struct sockaddr *)&src)) {
+		wire_addr_from(peer, (struct sockaddr *)&origin);
+		peer->port = w->src.port;
+	}
+	return true;
+}
+
 void stream_handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 {
 	const struct msgbuf *m = rpc_req_msg(req);
@@ -192,6 +223,12 @@ void stream_handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		return;
 	}
 	const struct wire_open *w = (const void *)m->buf;
+	struct wire_addr peer;
+	if (!open_reach(rpc, rpc_req_session(req), w, &peer)) {
+		stats_inc(ferry_stats()->opens_unreachable);
+		respond(rpc, req, &r, sizeof(r)); /* refused, as by a closed port */
+		return;
+	}
 	struct listener *l = listener_match(&w->dst);
 	if (!l && listener_gone(&w->dst))
 		r.status = -ESTALE; /* it was shared: another holder answers */
@@ -201,7 +238,7 @@ void stream_handle_open(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		s->peer_window = w->window;
 		s->state = STREAM_OPEN;
 		s->local_len = wire_addr_to(&w->dst, l->addr.ss_family, &s->local);
-		s->peer_len = wire_addr_to(&w->src, l->addr.ss_family, &s->peer);
+		s->peer_len = wire_addr_to(&peer, l->addr.ss_family, &s->peer);
 		stats_inc(ferry_stats()->streams_accepted);
 		r.status = 0;
 		r.server_sid = s->sid;

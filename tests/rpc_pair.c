@@ -40,6 +40,16 @@ static struct nic *open_nic(struct rpc_pair *p, const char *transport, struct fe
 	return n;
 }
 
+/* Both ends are this process: each session's handshake "came from" the
+ * loopback address, as mgmt would record it. */
+static bool set_origin(struct rpc_pair *p)
+{
+	struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	rpc_session_set_origin(p->a, p->sa, (struct sockaddr *)&lo, sizeof(lo));
+	rpc_session_set_origin(p->b, p->sb, (struct sockaddr *)&lo, sizeof(lo));
+	return true;
+}
+
 static void fixup_loopback(struct nic *nic, struct nic_route *r)
 {
 	struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -84,6 +94,7 @@ int rpc_pair_open(struct rpc_pair *p, const char *transport, const struct ferry_
 	uint32_t dpp = rpc_max_pkt_data(p->a) < rpc_max_pkt_data(p->b) ? rpc_max_pkt_data(p->a)
 									 : rpc_max_pkt_data(p->b);
 	if (p->sa < 0 || p->sb < 0 ||
+	    !set_origin(p) ||
 	    (err = rpc_session_connect(p->a, p->sa, &rb, (uint16_t)p->sb, dpp)) != 0 ||
 	    (err = rpc_session_connect(p->b, p->sb, &ra, (uint16_t)p->sa, dpp)) != 0) {
 		snprintf(why, whylen, "session setup failed");

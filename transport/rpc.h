@@ -129,6 +129,14 @@ uint64_t rpc_session_token(const struct rpc *rpc, int session);
  * never: traffic proves the peer lives even when its management thread is
  * slow to answer pings. */
 uint64_t rpc_session_rx_ns(const struct rpc *rpc, int session);
+/* Where the session's handshake came from (the peer's proven network
+ * address; its port means nothing): set by mgmt before the session is up,
+ * for the stream layer, which shows it to applications instead of the
+ * address a peer claims. rpc_session_origin returns its length, 0 when
+ * unknown. */
+void rpc_session_set_origin(struct rpc *rpc, int session, const struct sockaddr *sa,
+			    socklen_t len);
+socklen_t rpc_session_origin(const struct rpc *rpc, int session, struct sockaddr_storage *out);
 
 void rpc_local_route(const struct rpc *rpc, struct nic_route *out);
 struct nic *rpc_nic(const struct rpc *rpc);

@@ -129,6 +129,8 @@ struct session {
 	struct timely timely;
 	uint64_t next_tx_ns;   /* pacing: when the next paced packet may leave */
 	uint64_t rx_ns;        /* a valid packet last came in (rpc_session_rx_ns) */
+	struct sockaddr_storage origin; /* rpc_session_set_origin */
+	socklen_t origin_len;
 	struct session *active_next, *active_prev; /* on rpc->active while busy */
 	bool on_active;
 };

@@ -204,6 +204,24 @@ uint64_t rpc_session_token(const struct rpc *rpc, int num)
 	return s ? s->token : 0;
 }
 
+void rpc_session_set_origin(struct rpc *rpc, int num, const struct sockaddr *sa, socklen_t len)
+{
+	struct session *s = session_get(rpc, num);
+	if (!s || len > sizeof(s->origin))
+		return;
+	memcpy(&s->origin, sa, len);
+	s->origin_len = len;
+}
+
+socklen_t rpc_session_origin(const struct rpc *rpc, int num, struct sockaddr_storage *out)
+{
+	struct session *s = session_get((struct rpc *)rpc, num);
+	if (!s || !s->origin_len)
+		return 0;
+	memcpy(out, &s->origin, s->origin_len);
+	return s->origin_len;
+}
+
 uint64_t rpc_session_rx_ns(const struct rpc *rpc, int num)
 {
 	struct session *s = session_get((struct rpc *)rpc, num);

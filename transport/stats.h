@@ -13,6 +13,7 @@
 #define FERRY_STATS_COUNTERS(X)                                                  \
 	X(streams_connected)      /* client streams carried by ferry */            \
 	X(streams_accepted)       /* server streams carried by ferry */            \
+	X(opens_unreachable)      /* OPENs refused: the peer could not reach it */ \
 	X(fallbacks)              /* connections handed to the kernel */           \
 	X(fallback_no_answer)     /* no rendezvous answer: plain peer */           \
 	X(fallback_refused)       /* rendezvous port unreachable (ICMP) */        \

@@ -19,19 +19,11 @@ static struct listener *listeners;
 static struct wire_addr lis_gone[LISTENERS_GONE_MAX];
 static unsigned lis_gone_next;
 
-static bool addr_is_any(const struct sockaddr_storage *ss)
-{
-	if (ss->ss_family == AF_INET)
-		return ((const struct sockaddr_in *)(const void *)ss)->sin_addr.s_addr == 0;
-	const struct sockaddr_in6 *in6 = (const void *)ss;
-	return !memcmp(&in6->sin6_addr, &in6addr_any, sizeof(in6addr_any));
-}
-
 static bool listener_matches(const struct listener *l, const struct wire_addr *dst)
 {
 	if (l->port != dst->port)
 		return false;
-	if (addr_is_any(&l->addr))
+	if (sockaddr_is_any((const struct sockaddr *)&l->addr))
 		return l->addr.ss_family == AF_INET6 ? !l->v6only || dst->family == AF_INET6
 						     : dst->family == AF_INET;
 	struct sockaddr_storage ss;
@@ -122,7 +114,7 @@ void listener_remove(struct rpc *rpc, struct listener *l, const struct listener_
 	if (l->shared) {
 		struct wire_addr *g = &lis_gone[lis_gone_next++ % LISTENERS_GONE_MAX];
 		wire_addr_from(g, (const struct sockaddr *)&l->addr);
-		if (addr_is_any(&l->addr))
+		if (sockaddr_is_any((const struct sockaddr *)&l->addr))
 			g->family = 0; /* any address of ours on that port */
 	}
 	struct stream *s;

@@ -59,6 +59,10 @@ struct fsock {
 	pthread_mutex_t send_lock;
 	struct sockaddr_storage dst;
 	socklen_t dst_len;
+	/* A non-blocking connect's local address, chosen before the rendezvous
+	 * (sock_local) for the stream it opens once that is done. */
+	struct sockaddr_storage src;
+	socklen_t src_len;
 	/* A listener's rendezvous socket as mgmt holds it (-1: none); in a
 	 * fork child whose ferry has not taken the listener up yet
 	 * (lis_inherited), a duplicate of the parent's, owned here. */

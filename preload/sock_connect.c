@@ -12,6 +12,7 @@
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/libc.h"
+#include "preload/localaddr.h"
 #include "preload/peercache.h"
 #include "preload/phpool.h"
 #include "preload/sock_internal.h"
@@ -118,15 +119,30 @@ static int sock_bind_local(struct fsock *sk, int fd, const struct sockaddr *dst,
 {
 	const struct libc_fns *c = libc();
 	*llen = sizeof(*local);
+	struct sockaddr_storage src;
+	socklen_t slen;
+	int rc;
 	if (sk->bound) {
 		if (c->getsockname(fd, (struct sockaddr *)local, llen) != 0)
 			return -errno;
-		if (sockaddr_port((struct sockaddr *)local) != 0)
+		uint16_t port = sockaddr_port((struct sockaddr *)local);
+		if (port != 0 && !sockaddr_is_any((struct sockaddr *)local))
+			/* The kernel refuses a source that cannot reach dst
+			 * (127.0.0.1 towards another host): so do we. */
+			return localaddr_can_reach((struct sockaddr *)local, dst);
+		if (port != 0) {
+			/* Bound to the wildcard: the kernel takes the route's
+			 * source at connect, and both ends see it. */
+			rc = sock_source(sk, dst, &src, &slen);
+			if (rc)
+				return rc;
+			sockaddr_set_port((struct sockaddr *)&src, port);
+			memcpy(local, &src, slen);
+			*llen = slen;
 			return 0;
+		}
 	}
-	struct sockaddr_storage src;
-	socklen_t slen;
-	int rc = sock_source(sk, dst, &src, &slen);
+	rc = sock_source(sk, dst, &src, &slen);
 	if (rc)
 		return rc;
 	if (c->bind(fd, (struct sockaddr *)&src, slen) != 0)
@@ -203,12 +219,7 @@ static void sock_connect_done(void *ctx, int ses)
 	if (live && ses >= 0) {
 		peercache_set_session((struct sockaddr *)&sk->dst, ses,
 				      rpc_session_token(ferry.rpc, ses));
-		struct sockaddr_storage local;
-		socklen_t llen = sizeof(local);
-		int fd;
-		if (ffile_fds(&fdtab, f, &fd, 1) &&
-		    libc()->getsockname(fd, (struct sockaddr *)&local, &llen) == 0)
-			rc = sock_open_stream(sk, ses, &local, llen);
+		rc = sock_open_stream(sk, ses, &sk->src, sk->src_len);
 	}
 	if (live && rc != 0)
 		sk->state = FSOCK_NEW;
@@ -265,10 +276,15 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 	const struct libc_fns *c = libc();
 	if (f->kind == FFILE_DEAD || !a || (a->sa_family != AF_INET && a->sa_family != AF_INET6) ||
 	    l < sockaddr_len(a->sa_family) || a->sa_family != sk->domain ||
-	    ferry_state() != FERRY_ON) {
+	    l > sizeof(struct sockaddr_storage) || ferry_state() != FERRY_ON) {
 		sock_kernel_own(f, fd);
 		return c->connect(fd, a, l) == 0 ? 0 : -errno;
 	}
+	/* As the kernel reads it: the wildcard is this host. */
+	struct sockaddr_storage to;
+	memcpy(&to, a, l);
+	sockaddr_any_to_loopback(&to);
+	a = (const struct sockaddr *)&to;
 	ferry_lock();
 	enum fsock_state st = sk->state;
 	int rc = 0;
@@ -324,6 +340,8 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 	}
 	memcpy(&sk->dst, a, l < sizeof(sk->dst) ? l : sizeof(sk->dst));
 	sk->dst_len = l;
+	memcpy(&sk->src, &local, llen);
+	sk->src_len = llen;
 	bool nonblock = ffile_nonblock(f);
 
 	ferry_lock();

@@ -21,6 +21,24 @@ void sockaddr_set_port(struct sockaddr *sa, uint16_t port)
 		((struct sockaddr_in6 *)(void *)sa)->sin6_port = htons(port);
 }
 
+bool sockaddr_is_any(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr == 0;
+	const struct sockaddr_in6 *in6 = (const void *)sa;
+	return !memcmp(&in6->sin6_addr, &in6addr_any, sizeof(in6addr_any));
+}
+
+void sockaddr_any_to_loopback(struct sockaddr_storage *ss)
+{
+	if (!sockaddr_is_any((struct sockaddr *)ss))
+		return;
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)(void *)ss)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	else
+		((struct sockaddr_in6 *)(void *)ss)->sin6_addr = in6addr_loopback;
+}
+
 socklen_t sockaddr_len(int family)
 {
 	return family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);

@@ -543,7 +543,10 @@ FERRY_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *alen)
 	if (f && f->kind == FFILE_SOCK) {
 		struct fsock *sk = f->priv;
 		ferry_lock();
-		if (sk->state == FSOCK_STREAM && sk->stream->state == STREAM_OPEN) {
+		/* Connected, or ended cleanly with the peer's socket gone: in
+		 * CLOSE_WAIT the kernel still names the peer. */
+		if (sk->state == FSOCK_STREAM &&
+		    (sk->stream->state == STREAM_OPEN || sk->stream->write_draws_reset)) {
 			sockaddr_copy_out(&sk->stream->peer, sk->stream->peer_len, addr, alen);
 			rc = 0;
 		} else if (sk->state == FSOCK_STREAM || sk->state == FSOCK_CONNECTING) {

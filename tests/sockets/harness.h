@@ -38,6 +38,7 @@ extern const struct scenario scen_misc[];
 extern const struct scenario scen_flow[];
 extern const struct scenario scen_handover[];
 extern const struct scenario scen_liveness[];
+extern const struct scenario scen_bind[];
 
 /* Synchronisation with the other role over pipes (never sockets). */
 void sync_send(struct peer *p);

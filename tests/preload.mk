@@ -6,7 +6,7 @@ tests_sockets_sockcheck_SOURCES = tests/sockets/harness.c tests/sockets/harness.
 	tests/sockets/scen_fortify.c tests/sockets/scen_misc.c tests/sockets/scen_flow.c
 tests_sockets_sockcheck_LDADD = $(PTHREAD_LIBS)
 tests_sockets_sockcheck_SOURCES += tests/sockets/scen_handover.c
-tests_sockets_sockcheck_SOURCES += tests/sockets/scen_liveness.c
+tests_sockets_sockcheck_SOURCES += tests/sockets/scen_liveness.c tests/sockets/scen_bind.c
 TESTS += tests/sockets/check.sh
 EXTRA_DIST += tests/sockets/check.sh tests/integration/lib.sh
 # tests/integration: real servers and clients preloaded (transport: FERRY_TEST_TRANSPORT, default udp).
@@ -14,6 +14,11 @@ check_PROGRAMS += tests/integration/tcpcat tests/integration/connhold tests/inte
 tests_integration_procserve_SOURCES = tests/integration/procserve.c
 tests_integration_tcpcat_SOURCES = tests/integration/tcpcat.c
 tests_integration_connhold_SOURCES = tests/integration/connhold.c
+# A hostile peer: OPENs claiming addresses its connect never named.
+check_PROGRAMS += tests/integration/forge_open
+tests_integration_forge_open_SOURCES = tests/integration/forge_open.c preload/stream_wire.c \
+	preload/config.c
+tests_integration_forge_open_LDADD = libferry_core.la
 FERRY_INTEGRATION_TESTS = tests/integration/ferry_run.sh tests/integration/redis.sh tests/integration/memcached.sh \
 	tests/integration/mixed.sh tests/integration/kill.sh tests/integration/idle.sh \
 	tests/integration/process.sh tests/integration/nginx.sh tests/integration/postgres.sh \

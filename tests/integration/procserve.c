@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -197,6 +198,10 @@ int main(int argc, char **argv)
 					close(c);
 				}
 			}
+			/* A passed connection's worker goes with the server the test
+			 * kills, across its exec too, or it would outlive the test
+			 * (a passed listener's outlives its passer on purpose). */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			if (argc > 3) {
 				if (dup2(pair[1], 3) != 3)
 					_exit(126);

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""What each end of a TCP connection says of its addresses (trust tests).
+
+  addrprobe.py server ADDR:PORT...   listen on each; for every
+      connection print and answer "accepted LOCAL from PEER" (addresses only)
+  addrprobe.py client BIND HOST PORT bind to BIND:0 first ("-": no bind),
+      connect, print "connect ok local=IP" or "connect ERRNO", then the
+      server's answer
+  addrprobe.py redis BIND HOST PORT  the same, then PING: prints redis's
+      first reply line (+PONG, or -DENIED in protected mode)
+"""
+import errno
+import select
+import signal
+import socket
+import sys
+
+
+def family(host):
+    return socket.AF_INET6 if ':' in host else socket.AF_INET
+
+
+def serve(specs):
+    # A normal exit on SIGTERM, so exit handlers (ferry's counters) run.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    listeners = []
+    for spec in specs:
+        a, port = spec.rsplit(":", 1)
+        s = socket.socket(family(a), socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((a, int(port)))
+        s.listen(16)
+        listeners.append(s)
+    print("listening", flush=True)
+    while True:
+        ready, _, _ = select.select(listeners, [], [])
+        for s in ready:
+            c, peer = s.accept()
+            line = "accepted %s from %s" % (c.getsockname()[0], peer[0])
+            print(line, flush=True)
+            try:
+                c.sendall((line + "\n").encode())
+            except OSError:
+                pass
+            c.close()
+
+
+def connect(bind, host, port):
+    s = socket.socket(family(host), socket.SOCK_STREAM)
+    s.settimeout(10)
+    try:
+        if bind != "-":
+            s.bind((bind, 0))
+        s.connect((host, port))
+    except OSError as e:
+        print("connect", errno.errorcode.get(e.errno, str(e.errno)), flush=True)
+        sys.exit(0)
+    print("connect ok local=%s" % s.getsockname()[0], flush=True)
+    return s
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "server":
+        serve(sys.argv[2:])
+    s = connect(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    if mode == "redis":
+        s.sendall(b"PING\r\n")
+    reply = s.makefile().readline().strip()
+    print(reply.split(" ")[0] if mode == "redis" else reply, flush=True)
+
+
+main()

@@ -103,7 +103,7 @@ EOS
 		return 0
 	fi
 	[ -x "$ferry_run" ] || skip "ferry-run not built in $builddir"
-	lib=$("$ferry_run" --print-lib)
+	lib=$("$ferry_run" --print-lib | cut -f1)
 	[ -f "$lib" ] || skip "libferry.so not built ($lib)"
 }
 

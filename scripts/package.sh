@@ -2,9 +2,10 @@
 # Builds the Debian package from this tree's release tarball (make dist) in
 # build/deb, as a fresh Debian 12 would (dpkg-buildpackage -b; the package's
 # own build runs no test suite), then checks it without installing it here:
-# lintian must report no error, apt must be able to install it, and unpacked
-# into a scratch root its ferry-run must preload its own library, its man
-# pages render without warnings, and it carries a redis-server over ferry.
+# lintian must report no error, apt must be able to install it, and installed
+# into a scratch root its ferry-run must preload its own library, man must
+# find ferry(7), the pages render without warnings, it carries a redis-server
+# over ferry, and a purge leaves nothing behind.
 # Usage: package.sh [BUILD-DIR]   (a configured build, build/plain by default)
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,8 +35,13 @@ grep -v '^running with root' "$deb/lintian.log" || true
 say "lintian: $(grep -c '^E:' "$deb/lintian.log" || true) errors, $(grep -c '^W:' "$deb/lintian.log" || true) warnings"
 apt-get install -s -q "$pkg" >"$deb/apt.log" 2>&1 || { cat "$deb/apt.log"; die "apt cannot install $pkg"; }
 
+# Installed for real, but into a scratch root with a database of its own:
+# its dependencies are the host's (apt -s resolved them above).
 root=$deb/root
-dpkg -x "$pkg" "$root"
+mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates"
+: >"$root/var/lib/dpkg/status"
+dpkg --root="$root" --force-depends -i "$pkg" >"$deb/dpkg.log" 2>&1 ||
+	{ cat "$deb/dpkg.log"; die "dpkg --root -i failed"; }
 triplet=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 lib=/usr/lib/$triplet/ferry/libferry.so
 for f in /usr/bin/ferry-run /usr/bin/ferry-doctor "$lib" /usr/share/man/man7/ferry.7.gz \
@@ -46,6 +52,8 @@ done
 find "$root" -name '*.la' | grep . && die "the package holds a libtool archive"
 said=$("$root/usr/bin/ferry-run" --print-lib)
 [ "$said" = "$(printf '%s\tinstalled' "$lib")" ] || die "the packaged ferry-run --print-lib says '$said'"
+[ "$(MANPATH=$root/usr/share/man man -w ferry)" = "$root/usr/share/man/man7/ferry.7.gz" ] ||
+	die "man ferry does not find ferry(7)"
 for page in "$root"/usr/share/man/man*/ferry*; do
 	LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l -Tutf8 -Z "$page" 2>&1 >/dev/null |
 		grep . && die "${page##*/} renders with warnings"
@@ -69,4 +77,7 @@ if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
 		die "the packaged library carried nothing: $(cat "$deb/server.json" 2>/dev/null)"
 	say "redis over the packaged library: PONG, $(grep -o '"streams_accepted":[0-9]*' "$deb/server.json")"
 fi
-say "$(basename "$pkg"): built, lintian clean of errors, installable, $(dpkg-deb -c "$pkg" | wc -l) entries"
+dpkg --root="$root" --force-depends --purge ferry >>"$deb/dpkg.log" 2>&1 || die "dpkg --purge failed"
+left=$(find "$root" ! -type d ! -path "$root/var/lib/dpkg/*")
+[ -z "$left" ] || die "the purge left $left"
+say "$(basename "$pkg"): built, lintian clean of errors, installs, works and purges cleanly"

@@ -10,12 +10,15 @@ trap 'rm -rf "$dest"' EXIT
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 
+# A make of its own: under make check, the parent's MAKEFLAGS would add
+# directory lines to what it prints and ask for a jobserver it cannot reach.
+mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C "$build" "$@"; }
 # The directories as make expands them (the Makefile holds ${prefix} forms).
 dirs=$(printf 'print-dirs:\n\t@echo $(bindir) $(pkglibdir) $(mandir)\n' |
-	make -s --no-print-directory -C "$build" -f Makefile -f - print-dirs) || exit 99
+	mk -f Makefile -f - print-dirs) || exit 99
 set -- $dirs
 bindir=$1 pkglibdir=$2 mandir=$3
-make -s --no-print-directory -C "$build" install DESTDIR="$dest" >"$dest.log" 2>&1 ||
+mk install DESTDIR="$dest" >"$dest.log" 2>&1 ||
 	{ cat "$dest.log"; rm -f "$dest.log"; echo "FAIL: make install"; exit 1; }
 rm -f "$dest.log"
 
@@ -32,7 +35,7 @@ said=$("$dest$bindir/ferry-run" --print-lib)
 [ "$said" = "$pkglibdir/libferry.so${tab}installed" ] ||
 	fail "the installed ferry-run --print-lib says '$said'"
 
-make -s --no-print-directory -C "$build" uninstall DESTDIR="$dest" >/dev/null 2>&1 ||
+mk uninstall DESTDIR="$dest" >/dev/null 2>&1 ||
 	fail "make uninstall"
 left=$(find "$dest" ! -type d ! -name list)
 [ -z "$left" ] || fail "make uninstall left $left"

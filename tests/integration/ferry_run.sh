@@ -61,16 +61,8 @@ log "bad flags refused"
 # A real round trip through the wrapper, with counters proving the path.
 if counting; then
 	need redis-server redis-cli ss
-	port=$(free_port)
-	bgf server redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-		--protected-mode no --daemonize no
-	server=$last_pid
-	wait_listen "$port"
-	r=$(timeout 60 "$ferry_run" --transport "$transport" --stats "$work/stats-cli-%p.json" \
-		redis-cli -p "$port" PING) || fail "redis-cli through ferry-run failed"
-	expect_eq "PING through ferry-run" "$r" PONG
-	kill -TERM "$server"
-	wait_exit "$server" 30 || fail "redis-server exited with an error"
+	ping_redis "$(free_port)" "$ferry_run" --transport "$transport" \
+		--stats "$work/stats-server-%p.json"
 	check_transport
 	counter_ge "streams_connected" "$(stat_sum streams_connected cli)" 1
 	counter_ge "streams_accepted" "$(stat_sum streams_accepted server)" 1

@@ -44,20 +44,15 @@ fi
 # Environment= assignments as systemd passes them: words split on blanks,
 # %% a literal %. This build's library and the test's port and directory
 # stand in for the installed ones.
+# A sanitizer build's library wants the sanitizer runtimes loaded first, as
+# ferry-run gives them (LD_PRELOAD also takes ':' between names).
+san=$(sed -n "s/^san_preload='\(.*\)'$/\1/p" "$ferry_run" | tr ' ' ':')
 assignments=$(sed -n 's/^Environment=//p' "$dropin" | tr ' ' '\n' | sed -e 's/%%/%/g' \
-	-e "s|^LD_PRELOAD=.*|LD_PRELOAD=$lib|" -e "s|^FERRY_PORTS=.*|FERRY_PORTS=$port|" \
+	-e "s|^LD_PRELOAD=.*|LD_PRELOAD=${san:+$san:}$lib|" -e "s|^FERRY_PORTS=.*|FERRY_PORTS=$port|" \
 	-e "s|^FERRY_STATS=.*/|FERRY_STATS=$work/|")
 echo "$assignments" | grep -q '^FERRY_STATS=.*%p' || fail "the drop-in's FERRY_STATS has no %%p"
 # shellcheck disable=SC2086 # one word per assignment
-bg server env FERRY_TRANSPORT="$transport" $assignments redis-server --port "$port" \
-	--bind 127.0.0.1 --save "" --appendonly no --protected-mode no --daemonize no
-server=$last_pid
-wait_listen "$port"
-r=$(timeout 60 "$ferry_run" --transport "$transport" --stats "$work/stats-cli-%p.json" \
-	redis-cli -p "$port" PING) || fail "redis-cli through ferry-run failed"
-expect_eq "PING to the drop-in's redis-server" "$r" PONG
-kill -TERM "$server"
-wait_exit "$server" 30 || fail "redis-server exited with an error"
+ping_redis "$port" env FERRY_TRANSPORT="$transport" ASAN_OPTIONS=detect_leaks=0 $assignments
 stats=$(echo "$assignments" | sed -n 's/^FERRY_STATS=//p' | sed "s/%p/$server/")
 [ -f "$stats" ] || fail "no counters at $stats: $(ls "$work")"
 mv "$stats" "$work/stats-server.json"

@@ -44,7 +44,7 @@ done
 builddir=$(cd "$builddir" && pwd) || exit 2
 ferry_run=$builddir/ferry-run
 [ -x "$ferry_run" ] || { echo "compare.sh: no ferry-run in $builddir: build first (make)" >&2; exit 2; }
-lib=$("$ferry_run" --print-lib)
+lib=$("$ferry_run" --print-lib | cut -f1)
 [ -f "$lib" ] || { echo "compare.sh: $lib is not built" >&2; exit 2; }
 for b in redis-server redis-benchmark ss; do
 	command -v $b >/dev/null || { echo "compare.sh: $b is not installed" >&2; exit 2; }

@@ -1,8 +1,10 @@
 # preload: build fragment, included from Makefile.am
 # libferry.so: the interposer. Only the interposed libc names are exported
 # (-fvisibility=hidden plus the version script); LD_PRELOAD=.libs/libferry.so
-# in the build tree.
-lib_LTLIBRARIES += libferry.la
+# in the build tree. Installed in $(pkglibdir) ($(libdir)/ferry), not
+# $(libdir): it is preloaded by path, never linked against or found by
+# ld.so's search, so it has no business on the library path.
+pkglib_LTLIBRARIES += libferry.la
 # The interposer's objects, compiled once: into libferry.so, and into the
 # preload unit tests (tests/preload.mk), which interpose themselves.
 noinst_LTLIBRARIES += libferry_preload.la
@@ -41,6 +43,13 @@ libferry_la_LIBADD = libferry_preload.la libferry_core.la $(PTHREAD_LIBS)
 libferry_la_LDFLAGS = $(AM_LDFLAGS) -avoid-version -module -shared \
 	-Wl,--version-script=$(builddir)/preload/libferry.map -Wl,-z,nodelete
 EXTRA_libferry_la_DEPENDENCIES = preload/libferry.map
+# No libferry.la beside it: a .la is for linking with libtool, and nothing
+# links with a preload module (Debian drops .la files too). Without the .la,
+# libtool's uninstall no longer knows the .so, so uninstall names it.
+install-exec-hook:
+	rm -f $(DESTDIR)$(pkglibdir)/libferry.la
+uninstall-hook:
+	rm -f $(DESTDIR)$(pkglibdir)/libferry.so
 EXTRA_DIST += preload/libferry.map.in
 # ferry-run (tests/sockets owner): one generated script for the build tree and the install.
 bin_SCRIPTS += ferry-run
@@ -48,7 +57,5 @@ CLEANFILES += ferry-run
 EXTRA_DIST += preload/ferry-run.in
 ferry-run: $(srcdir)/preload/ferry-run.in Makefile
 	$(AM_V_GEN)san=; if test -n "$(SAN_LDFLAGS)"; then san="`$(CC) -print-file-name=libasan.so` `$(CC) -print-file-name=libubsan.so`"; fi; \
-	$(SED) -e 's|@abs_top_builddir[@]|$(abs_top_builddir)|g' -e 's|@libdir[@]|$(libdir)|g' \
-		-e 's|@bindir[@]|$(bindir)|g' -e 's|@PACKAGE_VERSION[@]|$(PACKAGE_VERSION)|g' \
-		-e "s|@san_preload[@]|$$san|g" $(srcdir)/preload/ferry-run.in > $@.tmp && \
+	$(edit_paths) -e "s|@san_preload[@]|$$san|g" $(srcdir)/preload/ferry-run.in > $@.tmp && \
 	chmod +x $@.tmp && mv $@.tmp $@

@@ -2,6 +2,9 @@
 # Installs everything ferry builds, tests and benchmarks with (Debian 12, as root).
 # libclang-rt-14-dev holds the sanitizer and libFuzzer runtimes make fuzz links:
 # clang only recommends it, and recommendations are not installed here.
+# debhelper and lintian build and check the Debian package (scripts/package.sh);
+# groff-base, man-db and mandoc lint the man pages; systemd brings
+# systemd-analyze, which checks ferry(7)'s drop-in (it need not be running).
 set -e
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -13,4 +16,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	redis-server redis-tools memcached libmemcached-tools \
 	nginx-light wrk curl postgresql postgresql-contrib \
 	strace valgrind hyperfine iproute2 procps python3 \
-	clang libfuzzer-14-dev libclang-rt-14-dev
+	clang libfuzzer-14-dev libclang-rt-14-dev \
+	debhelper lintian groff-base man-db mandoc systemd

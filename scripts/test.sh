@@ -2,7 +2,8 @@
 # Builds ferry and runs the whole test suite (make check), the fuzz targets
 # (make fuzz), the unit and protocol tests again under valgrind, then the
 # whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer, then
-# make distcheck (its tarball build runs the quick tests only).
+# make distcheck (its tarball build runs the quick tests only), then builds
+# the Debian package from a release tarball and checks it (scripts/package.sh).
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -28,4 +29,5 @@ run_suite build/plain fuzz
 run_suite build/plain check-valgrind
 run_suite build/sanitizers check --enable-sanitizers --enable-werror
 run_suite build/plain distcheck-quick
+sh scripts/package.sh build/plain
 echo "all test suites passed"

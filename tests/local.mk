@@ -13,6 +13,8 @@ else
 FERRY_TEST_TRANSPORTS = udp
 endif
 
+include $(srcdir)/tests/install.mk
+
 if HAVE_CRITERION
 include $(srcdir)/tests/transport.mk
 if HAVE_VERBS

@@ -243,7 +243,7 @@ static int config_set(struct ferry_config *cfg, const char *name, const char *v,
 static int not_ours(char *err, size_t errlen, const char *name)
 {
 	if (err && errlen)
-		snprintf(err, errlen, "%s is not a ferry variable (see README, Configuration)", name);
+		snprintf(err, errlen, "%s is not a ferry variable (see ferry(7))", name);
 	return -EINVAL;
 }
 

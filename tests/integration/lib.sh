@@ -103,7 +103,7 @@ EOS
 		return 0
 	fi
 	[ -x "$ferry_run" ] || skip "ferry-run not built in $builddir"
-	lib=$("$ferry_run" --print-lib)
+	lib=$("$ferry_run" --print-lib | cut -f1)
 	[ -f "$lib" ] || skip "libferry.so not built ($lib)"
 }
 
@@ -141,6 +141,23 @@ bgf() {
 	_name=$1
 	shift
 	bg "$_name" "$ferry_run" --transport "$transport" --stats "$work/stats-$_name-%p.json" "$@"
+}
+
+# ping_redis PORT LAUNCHER...: starts redis-server on 127.0.0.1:PORT under
+# LAUNCHER (ferry-run with its flags, or env with variables), PINGs it
+# through ferry-run, and stops it; $server is its pid afterwards.
+ping_redis() {
+	_port=$1
+	shift
+	bg server "$@" redis-server --port "$_port" --bind 127.0.0.1 --save "" --appendonly no \
+		--protected-mode no --daemonize no
+	server=$last_pid
+	wait_listen "$_port"
+	_r=$(timeout 60 "$ferry_run" --transport "$transport" --stats "$work/stats-cli-%p.json" \
+		redis-cli -p "$_port" PING) || fail "redis-cli through ferry-run failed"
+	expect_eq "PING through ferry-run" "$_r" PONG
+	kill -TERM "$server"
+	wait_exit "$server" 30 || fail "redis-server exited with an error"
 }
 
 # A TCP port free for both TCP and UDP (a ferry listener also binds UDP).

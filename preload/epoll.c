@@ -16,10 +16,11 @@
 
 #include "preload/export.h"
 #include "preload/fdtable.h"
-#include "preload/libc.h"
+#include "preload/reentry.h"
 #include "preload/sock.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
+#include "transport/sys.h"
 
 #define EP_FLAG_BITS (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)
 /* A level-triggered list starved of kernel events is checked this often. */
@@ -72,7 +73,7 @@ static void ep_signal(struct fepoll *ep)
 	if (__atomic_exchange_n(&ep->signaled, 1, __ATOMIC_ACQ_REL))
 		return;
 	uint64_t one = 1;
-	ssize_t r = libc()->write(ep->wakefd, &one, sizeof(one));
+	ssize_t r = sys()->write(ep->wakefd, &one, sizeof(one));
 	(void)r;
 }
 
@@ -81,7 +82,7 @@ static void ep_drain(struct fepoll *ep)
 	if (!__atomic_load_n(&ep->signaled, __ATOMIC_ACQUIRE))
 		return;
 	uint64_t v;
-	ssize_t r = libc()->read(ep->wakefd, &v, sizeof(v));
+	ssize_t r = sys()->read(ep->wakefd, &v, sizeof(v));
 	(void)r;
 	__atomic_store_n(&ep->signaled, 0, __ATOMIC_RELEASE);
 }
@@ -236,12 +237,12 @@ static int ep_oneshot_fd(struct fepoll *ep)
 {
 	if (ep->osfd >= 0)
 		return ep->osfd;
-	int fd = libc()->epoll_create1(EPOLL_CLOEXEC);
+	int fd = sys()->epoll_create1(EPOLL_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &ep_oneshot_tag};
-	if (libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-		libc()->close(fd);
+	if (sys()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+		sys()->close(fd);
 		return -1;
 	}
 	ep->osfd = fd;
@@ -272,7 +273,7 @@ static bool epitem_kernel_add(struct epitem *it)
 	bool oneshot = it->events & EPOLLONESHOT;
 	int kfd = oneshot ? ep_oneshot_fd(it->ep) : it->ep->epfd;
 	struct epoll_event ev = epitem_kernel_event(it, oneshot);
-	return kfd >= 0 && libc()->epoll_ctl(kfd, EPOLL_CTL_ADD, it->fd, &ev) == 0;
+	return kfd >= 0 && sys()->epoll_ctl(kfd, EPOLL_CTL_ADD, it->fd, &ev) == 0;
 }
 
 /* The kernel instance holding it's registration (it->kernel, ep lock). */
@@ -296,9 +297,9 @@ static void epoll_file_detach(struct ffile *f, bool to_kernel)
 			/* Ferry's name for a one-shot means nothing once the file
 			 * is the kernel's alone: it moves to epfd as the app's. */
 			if (it->kernel)
-				libc()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL, it->fd, NULL);
+				sys()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL, it->fd, NULL);
 			struct epoll_event ev = epitem_kernel_event(it, false);
-			libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, it->fd, &ev);
+			sys()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, it->fd, &ev);
 		}
 		epitem_set(it, false, it->events);
 		ready_unlink(ep, it);
@@ -358,9 +359,9 @@ static void fepoll_release(struct ffile *file)
 		pthread_mutex_unlock(&ep->lock);
 		pthread_mutex_unlock(&f->wlock);
 	}
-	libc()->close(ep->wakefd);
+	sys()->close(ep->wakefd);
 	if (ep->osfd >= 0)
-		libc()->close(ep->osfd);
+		sys()->close(ep->osfd);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep);
 }
@@ -383,9 +384,9 @@ static struct ffile *fepoll_convert(int epfd, int *err)
 	}
 	/* Also proves epfd is an epoll instance: the kernel refuses otherwise. */
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &ep_wake_tag};
-	if (libc()->epoll_ctl(epfd, EPOLL_CTL_ADD, ep->wakefd, &ev) != 0) {
+	if (sys()->epoll_ctl(epfd, EPOLL_CTL_ADD, ep->wakefd, &ev) != 0) {
 		*err = -errno;
-		libc()->close(ep->wakefd);
+		sys()->close(ep->wakefd);
 		free(ep);
 		return NULL;
 	}
@@ -393,7 +394,7 @@ static struct ffile *fepoll_convert(int epfd, int *err)
 	ep->osfd = -1;
 	struct ffile *f = ffile_new(&fdtab, FFILE_EPOLL);
 	if (!f) {
-		libc()->close(ep->wakefd);
+		sys()->close(ep->wakefd);
 		free(ep);
 		*err = -ENOMEM;
 		return NULL;
@@ -403,7 +404,7 @@ static struct ffile *fepoll_convert(int epfd, int *err)
 	int rc = fdtable_install(&fdtab, epfd, f);
 	if (rc < 0) {
 		/* Another thread converted it first (-EEXIST): use theirs. */
-		libc()->epoll_ctl(epfd, EPOLL_CTL_DEL, ep->wakefd, NULL);
+		sys()->epoll_ctl(epfd, EPOLL_CTL_DEL, ep->wakefd, NULL);
 		ffile_put(&fdtab, f);
 		if (rc == -EEXIST) {
 			struct ffile *other = fdtable_get(&fdtab, epfd);
@@ -486,11 +487,11 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 		 * ferry's name for it; anything else is in epfd as the app's. */
 		bool same = it->kernel && epitem_kernel_oneshot(it) == !!(ev->events & EPOLLONESHOT);
 		if (it->kernel && !same)
-			libc()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL, fd, NULL);
+			sys()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL, fd, NULL);
 		epitem_set(it, same, ev->events);
 		if (same) {
 			struct epoll_event kev = epitem_kernel_event(it, epitem_kernel_oneshot(it));
-			libc()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_MOD, fd, &kev);
+			sys()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_MOD, fd, &kev);
 		} else if (f->hybrid && epitem_kernel_add(it)) {
 			epitem_set(it, true, it->events); /* it fired through ferry */
 		}
@@ -503,7 +504,7 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 			break;
 		}
 		if (it->kernel)
-			libc()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL, fd, NULL);
+			sys()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL, fd, NULL);
 		epitem_set(it, false, it->events);
 		ready_unlink(ep, it);
 		ep_items_unlink(ep, it);
@@ -537,7 +538,7 @@ void epoll_mark_watched(struct ffile *f)
 		/* A packet would make the instance look readable to whoever
 		 * watches it, with nothing behind it: from now on the progress
 		 * thread alone watches the nic for this instance's sleepers. */
-		libc()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, ep->notify_fd, NULL);
+		sys()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, ep->notify_fd, NULL);
 		ep->notify_fd = -1;
 	}
 	__atomic_store_n(&ep->watched, 1, __ATOMIC_RELAXED);
@@ -561,7 +562,7 @@ int fepoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		tf = NULL;
 	}
 	if (!tf)
-		return libc()->epoll_ctl(epfd, op, fd, ev) == 0 ? 0 : -errno;
+		return sys()->epoll_ctl(epfd, op, fd, ev) == 0 ? 0 : -errno;
 	if (fd == epfd) {
 		ffile_put(&fdtab, tf);
 		return -EINVAL;
@@ -613,7 +614,7 @@ static int ep_harvest(struct fepoll *ep, struct epoll_event *out, int max)
 				if (it->kernel) {
 					/* Out of the kernel until a MOD: a registration
 					 * cannot be disarmed from outside. */
-					libc()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL,
+					sys()->epoll_ctl(epitem_kernel_fd(it), EPOLL_CTL_DEL,
 							  it->fd, NULL);
 					epitem_set(it, false, it->events);
 				}
@@ -655,7 +656,7 @@ static int ep_harvest(struct fepoll *ep, struct epoll_event *out, int max)
 static int ep_oneshot_fired(struct fepoll *ep, struct epoll_event *ev, int n, int max)
 {
 	pthread_mutex_lock(&ep->lock);
-	int k = ep->osfd < 0 ? 0 : libc()->epoll_pwait(ep->osfd, ev + n, max - n, 0, NULL);
+	int k = ep->osfd < 0 ? 0 : sys()->epoll_pwait(ep->osfd, ev + n, max - n, 0, NULL);
 	int end = n + (k > 0 ? k : 0);
 	for (int i = n; i < end; i++) {
 		struct epitem *it;
@@ -702,7 +703,7 @@ static int ep_filter(struct fepoll *ep, struct epoll_event *ev, int k, int max, 
 static int ep_kernel(struct fepoll *ep, struct epoll_event *ev, int max, int timeout_ms,
 		     const sigset_t *sigmask)
 {
-	int k = libc()->epoll_pwait(ep->epfd, ev, max, timeout_ms, sigmask);
+	int k = sys()->epoll_pwait(ep->epfd, ev, max, timeout_ms, sigmask);
 	if (k < 0)
 		return -errno;
 	bool notified = false;
@@ -731,7 +732,7 @@ static void ep_nic_watch(struct fepoll *ep, int nfd)
 		 * it ready at once. */
 		struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
 					  .data.ptr = &ep_notify_tag};
-		if (libc()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, nfd, &nev) == 0)
+		if (sys()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, nfd, &nev) == 0)
 			ep->notify_fd = nfd;
 	}
 	pthread_mutex_unlock(&ep->lock);
@@ -741,7 +742,7 @@ static void ep_nic_unwatch(struct fepoll *ep)
 {
 	pthread_mutex_lock(&ep->lock);
 	if (--ep->nic_users == 0 && ep->notify_fd >= 0) {
-		libc()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, ep->notify_fd, NULL);
+		sys()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, ep->notify_fd, NULL);
 		ep->notify_fd = -1;
 	}
 	pthread_mutex_unlock(&ep->lock);
@@ -848,7 +849,7 @@ int fepoll_wait(int epfd, struct epoll_event *events, int max, const struct time
 		if (f)
 			ffile_put(&fdtab, f);
 		int ms = timeout ? ms_until(wait_deadline_ts(timeout)) : -1;
-		int k = libc()->epoll_pwait(epfd, events, max, ms, sigmask);
+		int k = sys()->epoll_pwait(epfd, events, max, ms, sigmask);
 		return k < 0 ? -errno : k;
 	}
 	int rc = ep_wait(f->priv, events, max, wait_deadline_ts(timeout), sigmask);
@@ -860,18 +861,18 @@ int fepoll_wait(int epfd, struct epoll_event *events, int max, const struct time
 
 FERRY_EXPORT int epoll_create(int size)
 {
-	return libc()->epoll_create(size);
+	return sys()->epoll_create(size);
 }
 
 FERRY_EXPORT int epoll_create1(int flags)
 {
-	return libc()->epoll_create1(flags);
+	return sys()->epoll_create1(flags);
 }
 
 FERRY_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
-		return libc()->epoll_ctl(epfd, op, fd, ev);
+		return sys()->epoll_ctl(epfd, op, fd, ev);
 	return (int)ferry_ret(fepoll_ctl(epfd, op, fd, ev));
 }
 
@@ -886,7 +887,7 @@ FERRY_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int 
 			     const sigset_t *sigmask)
 {
 	if (!fdtable_maybe(&fdtab, epfd) || ferry_internal())
-		return libc()->epoll_pwait(epfd, events, max, timeout, sigmask);
+		return sys()->epoll_pwait(epfd, events, max, timeout, sigmask);
 	struct timespec ts;
 	if (timeout >= 0)
 		ep_timeout(timeout, &ts);
@@ -896,7 +897,7 @@ FERRY_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int 
 FERRY_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)
 {
 	if (!fdtable_maybe(&fdtab, epfd) || ferry_internal())
-		return libc()->epoll_wait(epfd, events, max, timeout);
+		return sys()->epoll_wait(epfd, events, max, timeout);
 	return epoll_pwait(epfd, events, max, timeout, NULL);
 }
 
@@ -905,11 +906,11 @@ FERRY_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int max,
 			      const struct timespec *timeout, const sigset_t *sigmask)
 {
 	if (!fdtable_maybe(&fdtab, epfd) || ferry_internal()) {
-		if (!libc()->epoll_pwait2) {
+		if (!sys()->epoll_pwait2) {
 			errno = ENOSYS;
 			return -1;
 		}
-		return libc()->epoll_pwait2(epfd, events, max, timeout, sigmask);
+		return sys()->epoll_pwait2(epfd, events, max, timeout, sigmask);
 	}
 	return (int)ferry_ret(fepoll_wait(epfd, events, max, timeout, sigmask));
 }

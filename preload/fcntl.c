@@ -9,9 +9,10 @@
 #include "preload/export.h"
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
-#include "preload/libc.h"
+#include "preload/reentry.h"
 #include "preload/sock_internal.h"
 #include "transport/log.h"
+#include "transport/sys.h"
 
 enum dup_kind { DUP_DUP, DUP_DUP2, DUP_DUP3, DUP_FCNTL };
 struct dup_call {
@@ -22,7 +23,7 @@ struct dup_call {
 
 static int dup_kernel(const struct dup_call *d)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	switch (d->kind) {
 	case DUP_DUP:
 		return c->dup(d->oldfd);
@@ -66,7 +67,7 @@ static int dup_guarded(struct ffile *f, const struct dup_call *d)
 
 static int fcntl_impl(int fd, int cmd, long arg)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return c->fcntl(fd, cmd, arg);
 	struct ffile *f = fdtable_get(&fdtab, fd);
@@ -150,7 +151,7 @@ FERRY_EXPORT int fcntl(int fd, int cmd, ...)
 
 FERRY_EXPORT int dup(int fd)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return c->dup(fd);
 	struct ffile *f = fdtable_get(&fdtab, fd);
@@ -165,7 +166,7 @@ FERRY_EXPORT int dup(int fd)
 
 static int dup3_impl(int oldfd, int newfd, int flags, bool is_dup2)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	if ((!fdtable_maybe(&fdtab, oldfd) && !fdtable_maybe(&fdtab, newfd)) || ferry_internal())
 		return is_dup2 ? c->dup2(oldfd, newfd) : c->dup3(oldfd, newfd, flags);
 	struct ffile *f = fdtable_get(&fdtab, oldfd);

@@ -20,18 +20,19 @@
 #include "preload/epoll.h"
 #include "preload/export.h"
 #include "preload/fdtable.h"
-#include "preload/handover.h"
 #include "preload/ferry.h"
-#include "preload/libc.h"
+#include "preload/handover.h"
 #include "preload/lshare.h"
-#include "preload/peercache.h"
 #include "preload/passfd.h"
+#include "preload/peercache.h"
 #include "preload/phpool.h"
 #include "preload/progress.h"
+#include "preload/reentry.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/rpc.h"
+#include "transport/sys.h"
 
 /* The parent's pid, as the child's pass needs it. */
 static pid_t fork_parent;
@@ -53,7 +54,7 @@ static void fork_kill_file(struct ffile *f, void *arg)
 	 * number still holds it for as long as the child wants. */
 	struct fsock *sk = f->priv;
 	if (sk && sk->ph_fd >= 0) {
-		libc()->close(sk->ph_fd);
+		sys()->close(sk->ph_fd);
 		sk->ph_fd = -1;
 	}
 	f->hybrid = false;
@@ -97,7 +98,7 @@ static void fork_release_threads(void)
 
 FERRY_EXPORT pid_t fork(void)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	if (ferry_internal() || ferry_state() != FERRY_ON)
 		return c->fork();
 	handover_fork_prepare();
@@ -150,7 +151,7 @@ FERRY_EXPORT pid_t vfork(void)
 FERRY_EXPORT int daemon(int nochdir, int noclose)
 {
 	if (ferry_internal() || ferry_state() != FERRY_ON)
-		return libc()->daemon(nochdir, noclose);
+		return sys()->daemon(nochdir, noclose);
 	pid_t pid = fork();
 	if (pid < 0)
 		return -1;

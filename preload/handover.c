@@ -23,14 +23,15 @@
 #include "mgmt/mgmt_net.h"
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
-#include "preload/libc.h"
 #include "preload/passfd.h"
+#include "preload/reentry.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/rpc.h"
 #include "transport/stats.h"
+#include "transport/sys.h"
 #include "transport/thread_pause.h"
 
 /* How long the owner waits for the peer to stop and the bytes to settle,
@@ -94,7 +95,7 @@ static socklen_t ho_addr(pid_t pid, struct sockaddr_un *a)
 static bool ho_child_alive(const struct ho_child *c)
 {
 	struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
-	return libc()->poll(&p, 1, 0) == 0;
+	return sys()->poll(&p, 1, 0) == 0;
 }
 
 /* Whether a child forked since fork_no may still hold a copy (ho_lock). */
@@ -117,7 +118,7 @@ void handover_poke(void)
 	if (!ho_started)
 		return;
 	uint64_t one = 1;
-	ssize_t r = libc()->write(ho_wake, &one, sizeof(one));
+	ssize_t r = sys()->write(ho_wake, &one, sizeof(one));
 	(void)r;
 }
 
@@ -127,7 +128,7 @@ static int ho_send_all(int fd, const void *buf, size_t len)
 {
 	const uint8_t *p = buf;
 	while (len) {
-		ssize_t n = libc()->send(fd, p, len, MSG_NOSIGNAL);
+		ssize_t n = sys()->send(fd, p, len, MSG_NOSIGNAL);
 		if (n <= 0)
 			return -1;
 		p += n;
@@ -140,7 +141,7 @@ static int ho_recv_all(int fd, void *buf, size_t len)
 {
 	uint8_t *p = buf;
 	while (len) {
-		ssize_t n = libc()->recv(fd, p, len, 0);
+		ssize_t n = sys()->recv(fd, p, len, 0);
 		if (n <= 0)
 			return -1;
 		p += n;
@@ -313,7 +314,7 @@ static void ho_reap_children(void)
 			continue;
 		}
 		*pp = c->next;
-		libc()->close(c->pidfd);
+		sys()->close(c->pidfd);
 		free(c);
 	}
 	pthread_mutex_unlock(&ho_lock);
@@ -343,22 +344,22 @@ static void *ho_main(void *arg)
 		int timeout = orphans || n == 128 ? 100 : -1;
 		if (pass_timeout >= 0 && (timeout < 0 || pass_timeout < timeout))
 			timeout = pass_timeout;
-		int r = libc()->poll(p, n, timeout);
+		int r = sys()->poll(p, n, timeout);
 		if (r < 0 && errno != EINTR)
 			break;
 		if (p[1].revents) {
 			uint64_t v;
-			ssize_t rd = libc()->read(ho_wake, &v, sizeof(v));
+			ssize_t rd = sys()->read(ho_wake, &v, sizeof(v));
 			(void)rd;
 		}
 		if (p[0].revents & POLLIN) {
-			int cfd = libc()->accept4(ho_lfd, NULL, NULL, SOCK_CLOEXEC);
+			int cfd = sys()->accept4(ho_lfd, NULL, NULL, SOCK_CLOEXEC);
 			if (cfd >= 0) {
 				struct timeval tv = {.tv_sec = HO_FETCH_MS / 1000};
-				libc()->setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-				libc()->setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+				sys()->setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+				sys()->setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 				ho_serve(cfd);
-				libc()->close(cfd);
+				sys()->close(cfd);
 			}
 		}
 		passfd_serve(p + 2, (int)(first_child - 2));
@@ -374,7 +375,7 @@ static int ho_start(void)
 {
 	if (ho_started)
 		return 0;
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	struct sockaddr_un a;
 	socklen_t alen = ho_addr(getpid(), &a);
 	int lfd = c->socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -451,7 +452,7 @@ void handover_fork_child_begin(void)
 	while (ho_children) {
 		struct ho_child *c = ho_children;
 		ho_children = c->next;
-		libc()->close(c->pidfd);
+		sys()->close(c->pidfd);
 		free(c);
 	}
 	while (ho_orphans) {
@@ -460,8 +461,8 @@ void handover_fork_child_begin(void)
 		free(o);
 	}
 	if (ho_started) {
-		libc()->close(ho_lfd);
-		libc()->close(ho_wake);
+		sys()->close(ho_lfd);
+		sys()->close(ho_wake);
 	}
 	ho_lfd = ho_wake = -1;
 	ho_started = false;
@@ -482,7 +483,7 @@ void handover_fork_parent(pid_t child)
 	}
 	struct ho_child *c = calloc(1, sizeof(*c));
 	if (!c) {
-		libc()->close(pidfd);
+		sys()->close(pidfd);
 		return;
 	}
 	pthread_mutex_lock(&ho_lock);
@@ -566,7 +567,7 @@ void handover_exit_wait(uint64_t max_ns)
 
 static int ho_fetch(const struct fsock *sk, struct ho_resp *resp, uint8_t *bytes)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	struct sockaddr_un a;
 	socklen_t alen = ho_addr(sk->remote_pid, &a);
 	int fd = c->socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -30,11 +30,12 @@
 
 #include "preload/export.h"
 #include "preload/fdtable.h"
-#include "preload/inherit.h"
 #include "preload/ferry.h"
-#include "preload/libc.h"
+#include "preload/inherit.h"
+#include "preload/reentry.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
+#include "transport/sys.h"
 
 #define INHERIT_VAR "FERRY_INHERIT"
 
@@ -78,7 +79,7 @@ static int ib_rendezvous(struct inherit_buf *b, int rdv)
 		b->dups = d;
 		b->capdups = cap;
 	}
-	int fd = libc()->fcntl(rdv, F_DUPFD, 64);
+	int fd = sys()->fcntl(rdv, F_DUPFD, 64);
 	if (fd >= 0)
 		b->dups[b->ndups++] = fd;
 	return fd;
@@ -143,7 +144,7 @@ static void ib_file(struct ffile *f, void *arg)
 		return;
 	const int *fds = f->fds;
 	for (unsigned i = 0; i < f->nfds; i++) {
-		int fl = libc()->fcntl(fds[i], F_GETFD);
+		int fl = sys()->fcntl(fds[i], F_GETFD);
 		if (fl < 0 || (fl & FD_CLOEXEC))
 			continue;
 		char e[128];
@@ -203,7 +204,7 @@ static void inherit_undo(struct inherit_buf *b, char **owned)
 {
 	int saved = errno;
 	for (size_t i = 0; i < b->ndups; i++)
-		libc()->close(b->dups[i]);
+		sys()->close(b->dups[i]);
 	if (owned) {
 		for (size_t i = 0; owned[i]; i++)
 			if (!strncmp(owned[i], INHERIT_VAR "=", sizeof(INHERIT_VAR)))
@@ -220,7 +221,7 @@ FERRY_EXPORT int execve(const char *path, char *const argv[], char *const envp[]
 	struct inherit_buf b;
 	char **owned;
 	char *const *env = inherit_env(envp, &b, &owned);
-	int rc = libc()->execve(path, argv, env);
+	int rc = sys()->execve(path, argv, env);
 	inherit_undo(&b, owned);
 	return rc;
 }
@@ -235,7 +236,7 @@ FERRY_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[
 	struct inherit_buf b;
 	char **owned;
 	char *const *env = inherit_env(envp, &b, &owned);
-	int rc = libc()->execvpe(file, argv, env);
+	int rc = sys()->execvpe(file, argv, env);
 	inherit_undo(&b, owned);
 	return rc;
 }
@@ -304,7 +305,7 @@ FERRY_EXPORT int execle(const char *path, const char *arg, ...)
 
 static bool inherit_tcp(int fd, int *domain, bool *listening)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	struct stat st;
 	int proto = 0, acc = 0;
 	socklen_t l = sizeof(int), l2 = sizeof(int), l3 = sizeof(int);
@@ -323,23 +324,23 @@ static void inherit_listener(int fd, int domain, bool nb, int rdv, int backlog)
 	struct fsock *sk = sock_adopt_inherited(fd, domain, nb);
 	if (!sk) {
 		if (rdv >= 0)
-			libc()->close(rdv);
+			sys()->close(rdv);
 		return;
 	}
 	sk->state = FSOCK_LISTEN;
 	sk->bound = true;
 	sk->lis_backlog = backlog > 0 ? backlog : SOMAXCONN;
-	sk->lis_rdv = rdv >= 0 ? libc()->fcntl(rdv, F_DUPFD_CLOEXEC, rdv) : -1;
+	sk->lis_rdv = rdv >= 0 ? sys()->fcntl(rdv, F_DUPFD_CLOEXEC, rdv) : -1;
 	if (rdv >= 0)
-		libc()->close(rdv);
+		sys()->close(rdv);
 	sk->lis_inherited = true;
 	sk->lis_shared = true;
 	sk->file->hybrid = true; /* plain clients still come through the kernel */
 	/* The kernel side is only ever polled, as a listener's made here: the
 	 * application's blocking mode is the file's (nb). */
-	int fl = libc()->fcntl(fd, F_GETFL);
+	int fl = sys()->fcntl(fd, F_GETFL);
 	if (fl >= 0)
-		libc()->fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+		sys()->fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 	__atomic_store_n(&sk->file->mask, 0, __ATOMIC_RELEASE);
 }
 
@@ -396,7 +397,7 @@ bool inherit_take(int fd, const struct inherit_desc *d)
 		return true;
 	}
 	if (d->kind == 'L' && d->rdv >= 0)
-		libc()->close(d->rdv);
+		sys()->close(d->rdv);
 	return false;
 }
 
@@ -428,7 +429,7 @@ static void inherit_activation(void)
 		int domain;
 		bool listening;
 		if (!fdtable_maybe(&fdtab, fd) && inherit_tcp(fd, &domain, &listening) && listening)
-			inherit_listener(fd, domain, libc()->fcntl(fd, F_GETFL) & O_NONBLOCK, -1, 0);
+			inherit_listener(fd, domain, sys()->fcntl(fd, F_GETFL) & O_NONBLOCK, -1, 0);
 	}
 }
 
@@ -439,7 +440,7 @@ __attribute__((constructor)) static void inherit_constructor(void)
 	bool on = !enable || strcmp(enable, "0") != 0;
 	if (!list && !getenv("LISTEN_FDS"))
 		return;
-	libc_resolve();
+	sys_resolve();
 	if (on && (fdtab.slots || fdtable_init(&fdtab, 0) == 0)) {
 		if (list) {
 			char *copy = strdup(list);

@@ -14,12 +14,13 @@
 #include "preload/export.h"
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
-#include "preload/libc.h"
 #include "preload/passfd.h"
+#include "preload/reentry.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/rpc.h"
+#include "transport/sys.h"
 
 #define IO_IOV_STACK 16
 #define IO_BOUNCE (64u << 10)
@@ -245,7 +246,7 @@ static ssize_t io_recv(struct ffile *f, int fd, const struct iovec *iov, int iov
 	ffile_put(&fdtab, f);
 	if (rc == IO_GONE) {
 		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-		return libc()->recvmsg(fd, &m, flags);
+		return sys()->recvmsg(fd, &m, flags);
 	}
 	return ferry_ret(rc);
 }
@@ -256,7 +257,7 @@ static ssize_t io_send(struct ffile *f, int fd, const struct iovec *iov, int iov
 	ffile_put(&fdtab, f);
 	if (rc == IO_GONE) {
 		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-		return libc()->sendmsg(fd, &m, flags);
+		return sys()->sendmsg(fd, &m, flags);
 	}
 	return ferry_ret(rc);
 }
@@ -265,7 +266,7 @@ FERRY_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
 	struct ffile *f = io_file(fd);
 	if (!f)
-		return libc()->readv(fd, iov, iovcnt);
+		return sys()->readv(fd, iov, iovcnt);
 	return io_recv(f, fd, iov, iovcnt, 0);
 }
 
@@ -273,7 +274,7 @@ FERRY_EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
 	struct ffile *f = io_file(fd);
 	if (!f)
-		return libc()->read(fd, buf, len);
+		return sys()->read(fd, buf, len);
 	struct iovec v = {buf, len};
 	return io_recv(f, fd, &v, 1, 0);
 }
@@ -282,7 +283,7 @@ FERRY_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
 	struct ffile *f = io_file(fd);
 	if (!f)
-		return libc()->recv(fd, buf, len, flags);
+		return sys()->recv(fd, buf, len, flags);
 	struct iovec v = {buf, len};
 	return io_recv(f, fd, &v, 1, flags);
 }
@@ -292,7 +293,7 @@ FERRY_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct s
 {
 	struct ffile *f = io_file(fd);
 	if (!f)
-		return libc()->recvfrom(fd, buf, len, flags, addr, alen);
+		return sys()->recvfrom(fd, buf, len, flags, addr, alen);
 	if (addr && alen)
 		*alen = 0; /* a connected stream names no sender, as in TCP */
 	struct iovec v = {buf, len};
@@ -303,7 +304,7 @@ FERRY_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	struct ffile *f = io_file(fd);
 	if (!f) {
-		ssize_t r = libc()->recvmsg(fd, msg, flags);
+		ssize_t r = sys()->recvmsg(fd, msg, flags);
 		if (r >= 0 && msg->msg_controllen)
 			passfd_received(msg);
 		return r;
@@ -323,7 +324,7 @@ FERRY_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
 	struct ffile *f = io_file(fd);
 	if (!f)
-		return libc()->writev(fd, iov, iovcnt);
+		return sys()->writev(fd, iov, iovcnt);
 	return io_send(f, fd, iov, iovcnt, 0);
 }
 
@@ -331,7 +332,7 @@ FERRY_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
 	struct ffile *f = io_file(fd);
 	if (!f)
-		return libc()->write(fd, buf, len);
+		return sys()->write(fd, buf, len);
 	struct iovec v = {(void *)buf, len};
 	return io_send(f, fd, &v, 1, 0);
 }
@@ -340,7 +341,7 @@ FERRY_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
 	struct ffile *f = io_file(fd);
 	if (!f)
-		return libc()->send(fd, buf, len, flags);
+		return sys()->send(fd, buf, len, flags);
 	struct iovec v = {(void *)buf, len};
 	return io_send(f, fd, &v, 1, flags);
 }
@@ -350,7 +351,7 @@ FERRY_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 {
 	struct ffile *f = io_file(fd);
 	if (!f)
-		return libc()->sendto(fd, buf, len, flags, addr, alen);
+		return sys()->sendto(fd, buf, len, flags, addr, alen);
 	struct iovec v = {(void *)buf, len};
 	return io_send(f, fd, &v, 1, flags); /* TCP ignores an address once connected */
 }
@@ -361,7 +362,7 @@ FERRY_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	if (!f) {
 		if (msg && msg->msg_controllen && !ferry_internal())
 			sock_passed(msg);
-		return libc()->sendmsg(fd, msg, flags);
+		return sys()->sendmsg(fd, msg, flags);
 	}
 	if (msg->msg_iovlen > IOV_MAX) {
 		ffile_put(&fdtab, f);
@@ -377,7 +378,7 @@ FERRY_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned n, int flags,
 {
 	struct ffile *f = io_file(fd);
 	if (!f) {
-		int r = libc()->recvmmsg(fd, vec, n, flags, timeout);
+		int r = sys()->recvmmsg(fd, vec, n, flags, timeout);
 		for (int i = 0; i < r; i++)
 			if (vec[i].msg_hdr.msg_controllen)
 				passfd_received(&vec[i].msg_hdr);
@@ -405,7 +406,7 @@ FERRY_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned n, int flags)
 		for (unsigned i = 0; vec && i < n && !ferry_internal(); i++)
 			if (vec[i].msg_hdr.msg_controllen)
 				sock_passed(&vec[i].msg_hdr);
-		return libc()->sendmmsg(fd, vec, n, flags);
+		return sys()->sendmmsg(fd, vec, n, flags);
 	}
 	ffile_put(&fdtab, f);
 	unsigned i = 0;
@@ -423,7 +424,7 @@ FERRY_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned n, int flags)
  * moved only past what the stream took. */
 static ssize_t ferry_sendfile(struct ffile *f, int in_fd, off_t *offset, size_t count)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	uint8_t *buf = malloc(IO_BOUNCE);
 	if (!buf)
 		return -ENOMEM;
@@ -465,7 +466,7 @@ FERRY_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count
 {
 	struct ffile *f = io_file(out_fd);
 	if (!f)
-		return libc()->sendfile(out_fd, in_fd, offset, count);
+		return sys()->sendfile(out_fd, in_fd, offset, count);
 	ssize_t rc = f->kind == FFILE_DEAD ? -EPIPE : ferry_sendfile(f, in_fd, offset, count);
 	ffile_put(&fdtab, f);
 	return ferry_ret(rc);
@@ -476,7 +477,7 @@ FERRY_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count
 static ssize_t ferry_splice(struct ffile *in, int fd_in, struct ffile *out, int fd_out, size_t len,
 			    unsigned flags)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	size_t want = len < IO_BOUNCE ? len : IO_BOUNCE;
 	uint8_t *buf = malloc(want ? want : 1);
 	if (!buf)
@@ -516,7 +517,7 @@ FERRY_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_o
 	struct ffile *in = io_file(fd_in);
 	struct ffile *out = io_file(fd_out);
 	if (!in && !out)
-		return libc()->splice(fd_in, off_in, fd_out, off_out, len, flags);
+		return sys()->splice(fd_in, off_in, fd_out, off_out, len, flags);
 	ssize_t rc;
 	if ((in && in->kind == FFILE_DEAD) || (out && out->kind == FFILE_DEAD))
 		rc = -EPIPE;

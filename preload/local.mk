@@ -9,7 +9,7 @@ pkglib_LTLIBRARIES += libferry.la
 # preload unit tests (tests/preload.mk), which interpose themselves.
 noinst_LTLIBRARIES += libferry_preload.la
 libferry_preload_la_SOURCES = \
-	preload/libc.c preload/libc.h preload/export.h \
+	preload/reentry.c preload/reentry.h preload/export.h \
 	preload/fdtable.c preload/fdtable.h \
 	preload/wait.c preload/wait.h \
 	preload/epoll.c preload/epoll.h \

@@ -15,13 +15,14 @@
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/handover.h"
-#include "preload/libc.h"
 #include "preload/listener.h"
+#include "preload/reentry.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/stats.h"
+#include "transport/sys.h"
 
 /* Serialises taking a listener up and waking it (each issues mgmt commands,
  * which may not run under the endpoint lock), against the fork pass. */
@@ -34,7 +35,7 @@ static void lshare_take_up(struct ffile *f, struct fsock *sk)
 		return;
 	struct sockaddr_storage a;
 	socklen_t alen = sizeof(a);
-	if (libc()->getsockname(fd, (struct sockaddr *)&a, &alen) != 0)
+	if (sys()->getsockname(fd, (struct sockaddr *)&a, &alen) != 0)
 		return;
 	unsigned flags = sock_listen_flags(fd, a.ss_family);
 	int rdv = sk->lis_rdv;
@@ -204,7 +205,7 @@ void lshare_fork_child(struct ffile *f)
 	for (unsigned i = 0; i < lshare_nclaimed; i++)
 		claimed |= lshare_claimed[i] == num;
 	if (num >= 0 && (claimed || lshare_nclaimed == LSHARE_CLAIMED_MAX))
-		num = libc()->fcntl(num, F_DUPFD_CLOEXEC, num);
+		num = sys()->fcntl(num, F_DUPFD_CLOEXEC, num);
 	else if (num >= 0)
 		lshare_claimed[lshare_nclaimed++] = num;
 	sk->lis_rdv = num;
@@ -218,7 +219,7 @@ void lshare_fork_child(struct ffile *f)
 void lshare_release(struct fsock *sk)
 {
 	if (sk->lis_inherited && sk->lis_rdv >= 0)
-		libc()->close(sk->lis_rdv);
+		sys()->close(sk->lis_rdv);
 	sk->lis_inherited = false;
 	sk->lis_rdv = -1;
 }

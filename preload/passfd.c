@@ -19,12 +19,13 @@
 #include "preload/ferry.h"
 #include "preload/handover.h"
 #include "preload/inherit.h"
-#include "preload/libc.h"
 #include "preload/lshare.h"
+#include "preload/reentry.h"
 #include "preload/sock.h"
 #include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/stats.h"
+#include "transport/sys.h"
 
 #define PASSFD_MAGIC 0x66657270u /* "ferp" */
 /* How long a receiver waits for the sender's answer. */
@@ -60,9 +61,9 @@ static socklen_t pf_name(ino_t ino, struct sockaddr_un *a)
 
 static void pf_free(struct pass *p)
 {
-	libc()->close(p->lfd);
+	sys()->close(p->lfd);
 	if (p->rdv >= 0)
-		libc()->close(p->rdv);
+		sys()->close(p->rdv);
 	free(p);
 }
 
@@ -76,7 +77,7 @@ static struct pass *pf_publish(ino_t ino, const struct inherit_desc *d)
 			return p;
 		}
 	}
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	struct pass *p = calloc(1, sizeof(*p));
 	if (!p)
 		return NULL;
@@ -192,7 +193,7 @@ static void pf_answer(const struct pass *p, int cfd)
 		cm->cmsg_len = CMSG_LEN(sizeof(int));
 		memcpy(CMSG_DATA(cm), &p->rdv, sizeof(int));
 	}
-	ssize_t r = libc()->sendmsg(cfd, &m, MSG_NOSIGNAL);
+	ssize_t r = sys()->sendmsg(cfd, &m, MSG_NOSIGNAL);
 	(void)r; /* a receiver that went away asks again or not at all */
 }
 
@@ -207,9 +208,9 @@ void passfd_serve(const struct pollfd *pfd, int n)
 			if (p->lfd != pfd[i].fd)
 				continue;
 			int cfd;
-			while ((cfd = libc()->accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+			while ((cfd = sys()->accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
 				pf_answer(p, cfd);
-				libc()->close(cfd);
+				sys()->close(cfd);
 			}
 			break;
 		}
@@ -242,7 +243,7 @@ void passfd_fork_child(void)
  * this process's) when a ferry process does. */
 static bool pf_ask(int fd, struct inherit_desc *d)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	struct stat st;
 	int proto = 0;
 	socklen_t plen = sizeof(proto);
@@ -348,7 +349,7 @@ static void pf_received(int fd, void *arg)
 	/* A ferry socket: this process needs a ferry of its own. */
 	if (!ferry_up()) {
 		if (d.rdv >= 0)
-			libc()->close(d.rdv);
+			sys()->close(d.rdv);
 		log_info("fd %d, a connection another process's ferry carried, arrived "
 			 "(SCM_RIGHTS) but ferry is not running here: it stays the kernel's, not "
 			 "connected",

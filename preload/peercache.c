@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "preload/libc.h"
 #include "preload/sockaddr.h"
+#include "transport/sys.h"
 
 #define PEERCACHE_SLOTS 64
 
@@ -140,7 +140,7 @@ int peercache_source(const struct sockaddr *dst, struct sockaddr_storage *src, s
 	if (e)
 		return 0;
 	/* Ask the kernel's routing once: a connected UDP socket sends nothing. */
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	int fd = c->socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;

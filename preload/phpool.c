@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "preload/libc.h"
+#include "transport/sys.h"
 
 /* Enough for the connections a busy process opens and closes at once;
  * past it a socket is closed as before. Each pool also keeps no more than
@@ -120,7 +120,7 @@ static int pp_floor(int limit)
  */
 static int pp_hide(int fd)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	int saved = errno;
 	int floor = pp_floor(pp_limit_now());
 	bool fresh = false;
@@ -203,7 +203,7 @@ int phpool_take(int domain)
 	pthread_mutex_unlock(&pp_lock);
 	if (fd >= 0)
 		return fd;
-	fd = libc()->socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = sys()->socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	return pp_hide_taken(fd);
@@ -218,7 +218,7 @@ void phpool_give(int domain, int hfd)
 		pp_blank[i][pp_nblank[i]++] = hfd;
 	pthread_mutex_unlock(&pp_lock);
 	if (!kept)
-		libc()->close(hfd);
+		sys()->close(hfd);
 }
 
 int phpool_take_bound(int domain, const struct sockaddr *src, socklen_t slen,
@@ -249,7 +249,7 @@ int phpool_take_bound(int domain, const struct sockaddr *src, socklen_t slen,
 	pthread_mutex_unlock(&pp_lock);
 	if (fd >= 0)
 		return fd;
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	fd = c->socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
@@ -276,12 +276,12 @@ void phpool_give_bound(int hfd, const struct sockaddr_storage *local, socklen_t 
 	}
 	pthread_mutex_unlock(&pp_lock);
 	if (!kept)
-		libc()->close(hfd);
+		sys()->close(hfd);
 }
 
 void phpool_drain(void)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	pthread_mutex_lock(&pp_lock);
 	for (int d = 0; d < 2; d++) {
 		for (unsigned i = 0; i < pp_nblank[d]; i++)

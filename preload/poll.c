@@ -8,10 +8,11 @@
 #include "preload/epoll.h"
 #include "preload/export.h"
 #include "preload/fdtable.h"
-#include "preload/libc.h"
+#include "preload/reentry.h"
 #include "preload/sock.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
+#include "transport/sys.h"
 
 #define POLL_STACK 32
 
@@ -89,7 +90,7 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 		return ready;
 	if (ready > 0 || deadline <= clock_now_ns()) {
 		if (c->nk) {
-			int k = libc()->poll(c->kfds, c->nk, 0);
+			int k = sys()->poll(c->kfds, c->nk, 0);
 			if (k < 0)
 				return -errno;
 			if (k > 0)
@@ -105,7 +106,7 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 			return ready;
 		if (ready > 0 || (c->nk && i % 8 == 7)) {
 			if (c->nk) {
-				int k = libc()->poll(c->kfds, c->nk, 0);
+				int k = sys()->poll(c->kfds, c->nk, 0);
 				if (k < 0)
 					return -errno;
 				if (k > 0)
@@ -127,7 +128,7 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 			struct timespec ts;
 			k = wait_block(w, c->kfds, c->nk, wait_remaining(deadline, &ts), sigmask);
 		} else if (c->nk) {
-			k = libc()->poll(c->kfds, c->nk, 0);
+			k = sys()->poll(c->kfds, c->nk, 0);
 			k = k < 0 ? -errno : k;
 		}
 		if (w)
@@ -216,7 +217,7 @@ static bool poll_has_ferry(const struct pollfd *fds, nfds_t n)
 FERRY_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
 	if (!poll_has_ferry(fds, n) || ferry_internal())
-		return libc()->poll(fds, n, timeout);
+		return sys()->poll(fds, n, timeout);
 	return (int)ferry_ret(fpoll(fds, n, wait_deadline_ms(timeout), NULL));
 }
 
@@ -224,7 +225,7 @@ FERRY_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *time
 		       const sigset_t *sigmask)
 {
 	if (!poll_has_ferry(fds, n) || ferry_internal())
-		return libc()->ppoll(fds, n, timeout, sigmask);
+		return sys()->ppoll(fds, n, timeout, sigmask);
 	return (int)ferry_ret(fpoll(fds, n, wait_deadline_ts(timeout), sigmask));
 }
 
@@ -298,7 +299,7 @@ static int fselect(int nfds, fd_set *r, fd_set *w, fd_set *e, uint64_t deadline,
 FERRY_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 {
 	if (!select_has_ferry(nfds, r, w, e) || ferry_internal())
-		return libc()->select(nfds, r, w, e, tv);
+		return sys()->select(nfds, r, w, e, tv);
 	uint64_t deadline = UINT64_MAX;
 	if (tv) {
 		if (tv->tv_sec < 0 || tv->tv_usec < 0) {
@@ -323,6 +324,6 @@ FERRY_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct
 			 const sigset_t *sigmask)
 {
 	if (!select_has_ferry(nfds, r, w, e) || ferry_internal())
-		return libc()->pselect(nfds, r, w, e, ts, sigmask);
+		return sys()->pselect(nfds, r, w, e, ts, sigmask);
 	return (int)ferry_ret(fselect(nfds, r, w, e, wait_deadline_ts(ts), sigmask));
 }

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "preload/ferry.h"
-#include "preload/libc.h"
+#include "preload/reentry.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
@@ -20,6 +20,7 @@
 #include "transport/config.h"
 #include "transport/log.h"
 #include "transport/rpc.h"
+#include "transport/sys.h"
 #include "transport/thread_pause.h"
 
 static struct rpc *pg_rpc;
@@ -73,7 +74,7 @@ void progress_note_deferred(void)
 {
 	if (pg_efd >= 0 && __atomic_exchange_n(&pg_long_sleep, 0, __ATOMIC_ACQ_REL)) {
 		uint64_t one = 1;
-		ssize_t r = libc()->write(pg_efd, &one, sizeof(one));
+		ssize_t r = sys()->write(pg_efd, &one, sizeof(one));
 		(void)r;
 	}
 }
@@ -83,7 +84,7 @@ void progress_request_dump(void)
 	__atomic_store_n(&pg_dump, 1, __ATOMIC_RELAXED);
 	if (pg_efd >= 0) {
 		uint64_t one = 1;
-		ssize_t r = libc()->write(pg_efd, &one, sizeof(one));
+		ssize_t r = sys()->write(pg_efd, &one, sizeof(one));
 		(void)r;
 	}
 }
@@ -109,7 +110,7 @@ static void progress_pass(struct rpc *rpc)
 static void *progress_main(void *arg)
 {
 	struct rpc *rpc = arg;
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	ferry_internal_enter(); /* everything this thread does is ferry's own */
 	sigset_t all;
 	sigfillset(&all);
@@ -214,7 +215,7 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spi
 	pthread_attr_destroy(&attr);
 	if (rc) {
 		thread_pause_running(&pg_pause, false);
-		libc()->close(pg_efd);
+		sys()->close(pg_efd);
 		pg_efd = -1;
 		return -rc;
 	}

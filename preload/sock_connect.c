@@ -11,16 +11,17 @@
 #include "preload/export.h"
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
-#include "preload/libc.h"
 #include "preload/localaddr.h"
 #include "preload/peercache.h"
 #include "preload/phpool.h"
+#include "preload/reentry.h"
 #include "preload/sock_internal.h"
 #include "preload/sockaddr.h"
 #include "preload/stream.h"
 #include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/rpc.h"
+#include "transport/sys.h"
 
 static void count_fallback(int err)
 {
@@ -48,7 +49,7 @@ static int sock_kernel_connect(struct ffile *f, int fd, const struct sockaddr *a
 {
 	sock_kernel_own(f, fd);
 	sock_handoff(f);
-	return libc()->connect(fd, a, l) == 0 ? 0 : -errno;
+	return sys()->connect(fd, a, l) == 0 ? 0 : -errno;
 }
 
 void sock_fallback_async(struct ffile *f)
@@ -58,7 +59,7 @@ void sock_fallback_async(struct ffile *f)
 	if (ffile_fds(&fdtab, f, &fd, 1) == 0)
 		return; /* closed meanwhile */
 	sock_kernel_own(f, fd);
-	int rc = libc()->connect(fd, (struct sockaddr *)&sk->dst, sk->dst_len);
+	int rc = sys()->connect(fd, (struct sockaddr *)&sk->dst, sk->dst_len);
 	if (rc != 0 && errno != EINPROGRESS) {
 		/* The application already has EINPROGRESS: report through
 		 * SO_ERROR and readiness, as a failed kernel connect would. */
@@ -117,7 +118,7 @@ static int sock_source(const struct fsock *sk, const struct sockaddr *dst,
 static int sock_bind_local(struct fsock *sk, int fd, const struct sockaddr *dst,
 			   struct sockaddr_storage *local, socklen_t *llen)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	*llen = sizeof(*local);
 	struct sockaddr_storage src;
 	socklen_t slen;
@@ -161,7 +162,7 @@ static int sock_local(struct ffile *f, int fd, const struct sockaddr *dst,
 		      struct sockaddr_storage *local, socklen_t *llen)
 {
 	struct fsock *sk = f->priv;
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	bool swapped = false;
 	/* A first look; what counts is looked at again under the locks. */
 	if (!sk->bound && sk->ph_fd >= 0 && !sk->ph_bound && !sk->cloexec_unknown) {
@@ -273,7 +274,7 @@ void sock_redirects_run(void)
 static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, socklen_t l)
 {
 	struct fsock *sk = f->priv;
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	if (f->kind == FFILE_DEAD || !a || (a->sa_family != AF_INET && a->sa_family != AF_INET6) ||
 	    l < sockaddr_len(a->sa_family) || a->sa_family != sk->domain ||
 	    l > sizeof(struct sockaddr_storage) || ferry_state() != FERRY_ON) {
@@ -411,7 +412,7 @@ static void count_unavailable(int fd, const struct sockaddr *addr)
 	int type = 0;
 	socklen_t tl = sizeof(type);
 	if (addr && (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) &&
-	    libc()->getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM) {
+	    sys()->getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM) {
 		stats_inc(ferry_stats()->fallbacks);
 		stats_inc(ferry_stats()->fallback_unavailable);
 	}
@@ -422,8 +423,8 @@ FERRY_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal()) {
 		if (__builtin_expect(ferry.unavailable, 0) && !ferry_internal())
 			count_unavailable(fd, addr);
-		return libc()->connect(fd, addr, len);
+		return sys()->connect(fd, addr, len);
 	}
 	struct ffile *f = sock_get(fd);
-	return f ? sock_done(f, sock_connect(f, fd, addr, len)) : libc()->connect(fd, addr, len);
+	return f ? sock_done(f, sock_connect(f, fd, addr, len)) : sys()->connect(fd, addr, len);
 }

@@ -16,15 +16,16 @@
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/handover.h"
-#include "preload/libc.h"
 #include "preload/listener.h"
 #include "preload/lshare.h"
+#include "preload/reentry.h"
 #include "preload/sock_internal.h"
 #include "preload/sockaddr.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/log.h"
 #include "transport/stats.h"
+#include "transport/sys.h"
 
 /* --- listen and accept --- */
 
@@ -37,7 +38,7 @@
  */
 static int sock_bind(struct ffile *f, int fd, const struct sockaddr *addr, socklen_t len)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	struct fsock *sk = f->priv;
 	if (f->kind != FFILE_SOCK)
 		return c->bind(fd, addr, len) == 0 ? 0 : -errno;
@@ -74,7 +75,7 @@ static int sock_bind(struct ffile *f, int fd, const struct sockaddr *addr, sockl
 
 unsigned sock_listen_flags(int fd, int family)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	int reuse = 0, v6only = 0;
 	socklen_t rl = sizeof(reuse), ol = sizeof(v6only);
 	unsigned flags = c->getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &reuse, &rl) == 0 && reuse
@@ -89,7 +90,7 @@ unsigned sock_listen_flags(int fd, int family)
 static int sock_listen(struct ffile *f, int fd, int backlog)
 {
 	struct fsock *sk = f->priv;
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	if (f->kind == FFILE_SOCK) {
 		sock_kernel_own(f, fd);
 		/* The placeholder of a stream is an unconnected socket the kernel
@@ -174,7 +175,7 @@ static int sock_listen(struct ffile *f, int fd, int backlog)
  * the number, or -errno with nothing left open. */
 static int sock_accept_number(const struct fsock *lsk, int flags, struct ffile **out)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	int h;
 	int nfd = sock_new_number(lsk->domain, SOCK_STREAM | (flags & (SOCK_CLOEXEC | SOCK_NONBLOCK)),
 				  0, &h);
@@ -249,7 +250,7 @@ static int sock_accept_wait(struct ffile *f, int fd, struct sockaddr *addr, sock
 static int sock_accept(struct ffile *f, int fd, struct sockaddr *addr, socklen_t *alen, int flags)
 {
 	struct fsock *sk = f->priv;
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	if (f->kind == FFILE_DEAD || sk->state != FSOCK_LISTEN) {
 		int r = c->accept4(fd, addr, alen, flags);
 		return r >= 0 ? r : -errno;
@@ -265,7 +266,7 @@ static int sock_accept_wait(struct ffile *f, int fd, struct sockaddr *addr, sock
 			    int flags)
 {
 	struct fsock *sk = f->priv;
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	uint64_t deadline = sock_deadline(sk->rcvtimeo_ns);
 	for (;;) {
 		ferry_lock();
@@ -302,25 +303,25 @@ FERRY_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	/* The placeholder is the real socket: the kernel reserves the port. */
 	struct ffile *f = sock_file(fd);
-	return f ? sock_done(f, sock_bind(f, fd, addr, len)) : libc()->bind(fd, addr, len);
+	return f ? sock_done(f, sock_bind(f, fd, addr, len)) : sys()->bind(fd, addr, len);
 }
 
 FERRY_EXPORT int listen(int fd, int backlog)
 {
 	struct ffile *f = sock_file(fd);
-	return f ? sock_done(f, sock_listen(f, fd, backlog)) : libc()->listen(fd, backlog);
+	return f ? sock_done(f, sock_listen(f, fd, backlog)) : sys()->listen(fd, backlog);
 }
 
 FERRY_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *alen, int flags)
 {
 	struct ffile *f = sock_file(fd);
 	return f ? sock_done(f, sock_accept(f, fd, addr, alen, flags))
-		 : libc()->accept4(fd, addr, alen, flags);
+		 : sys()->accept4(fd, addr, alen, flags);
 }
 
 FERRY_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *alen)
 {
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
-		return libc()->accept(fd, addr, alen);
+		return sys()->accept(fd, addr, alen);
 	return accept4(fd, addr, alen, 0);
 }

@@ -18,17 +18,18 @@
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/handover.h"
-#include "preload/libc.h"
 #include "preload/listener.h"
 #include "preload/lshare.h"
 #include "preload/passfd.h"
 #include "preload/phpool.h"
+#include "preload/reentry.h"
 #include "preload/sock_internal.h"
 #include "preload/sockaddr.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
 #include "transport/log.h"
+#include "transport/sys.h"
 
 /* --- helpers shared with io.c --- */
 
@@ -130,7 +131,7 @@ static bool sock_eligible(int domain, int type, int protocol)
 void sock_drop_rendezvous(struct fsock *sk)
 {
 	if (sk->rdv_fd >= 0)
-		libc()->close(sk->rdv_fd);
+		sys()->close(sk->rdv_fd);
 	sk->rdv_fd = -1;
 }
 
@@ -186,7 +187,7 @@ static void sock_release(struct ffile *f)
 	}
 	if (sk->ph_fd >= 0) {
 		if (sk->ph_bound)
-			libc()->close(sk->ph_fd);
+			sys()->close(sk->ph_fd);
 		else
 			phpool_give(sk->domain, sk->ph_fd);
 	}
@@ -258,7 +259,7 @@ static void sock_push_status(struct ffile *f, int fd)
 {
 	int st = __atomic_load_n(&f->status, __ATOMIC_RELAXED) & ~O_ACCMODE;
 	if (st)
-		libc()->fcntl(fd, F_SETFL, st);
+		sys()->fcntl(fd, F_SETFL, st);
 }
 
 pthread_mutex_t sock_ph_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -281,7 +282,7 @@ static void sock_let_go(struct ffile *f, int fd)
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (fd >= 0)
 		sock_push_status(f, fd);
-	libc()->close(h);
+	sys()->close(h);
 }
 
 /* Called with the table's lock held (fdtable_each): f's numbers are stable. */
@@ -373,10 +374,10 @@ void sock_number_own(int fd, int *h, int type)
 {
 	if (*h < 0)
 		return;
-	libc()->close(*h);
+	sys()->close(*h);
 	*h = -1;
 	if (type & SOCK_NONBLOCK)
-		libc()->fcntl(fd, F_SETFL, O_NONBLOCK);
+		sys()->fcntl(fd, F_SETFL, O_NONBLOCK);
 }
 
 /*
@@ -389,7 +390,7 @@ void sock_number_own(int fd, int *h, int type)
  */
 int sock_new_number(int domain, int type, int protocol, int *h)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	*h = phpool_take(domain);
 	int fd = *h < 0 ? -1 : c->fcntl(*h, (type & SOCK_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
 	if (fd < 0) {
@@ -415,7 +416,7 @@ int sock_new_number(int domain, int type, int protocol, int *h)
 
 FERRY_EXPORT int socket(int domain, int type, int protocol)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	if (!sock_eligible(domain, type, protocol) || ferry_internal() || !ferry_up())
 		return c->socket(domain, type, protocol);
 	bool plain_flags = (type & ~(0xf | SOCK_CLOEXEC | SOCK_NONBLOCK)) == 0;
@@ -433,14 +434,14 @@ FERRY_EXPORT int socket(int domain, int type, int protocol)
 
 FERRY_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
 {
-	return libc()->socketpair(domain, type, protocol, sv);
+	return sys()->socketpair(domain, type, protocol, sv);
 }
 
 FERRY_EXPORT int shutdown(int fd, int how)
 {
 	struct ffile *f = sock_file(fd);
 	if (!f)
-		return libc()->shutdown(fd, how);
+		return sys()->shutdown(fd, how);
 	struct fsock *sk = f->priv;
 	int rc = 1;
 	bool fresh = false;
@@ -456,7 +457,7 @@ FERRY_EXPORT int shutdown(int fd, int how)
 	}
 	if (rc == 1) {
 		sock_kernel_own(f, fd);
-		rc = libc()->shutdown(fd, how) == 0 ? 0 : -errno;
+		rc = sys()->shutdown(fd, how) == 0 ? 0 : -errno;
 		/* An unconnected socket says ENOTCONN but is shut all the same
 		 * (inet_shutdown): shut for reading, tcp_poll finds it readable
 		 * at EOF as well as writable and hung up (sock_adopt's mask). */
@@ -469,12 +470,12 @@ FERRY_EXPORT int shutdown(int fd, int how)
 FERRY_EXPORT int close(int fd)
 {
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
-		return libc()->close(fd);
+		return sys()->close(fd);
 	/* Out of the table first: once the kernel frees the number another
 	 * thread may get it for something else (and a connect swapping this
 	 * number onto another placeholder, sock_local, sees it gone). */
 	struct ffile *f = fdtable_remove(&fdtab, fd);
-	int rc = libc()->close(fd);
+	int rc = sys()->close(fd);
 	int saved = errno;
 	if (f)
 		ffile_put(&fdtab, f);
@@ -485,7 +486,7 @@ FERRY_EXPORT int close(int fd)
 #ifdef HAVE_CLOSE_RANGE
 FERRY_EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	if (!c->close_range) {
 		errno = ENOSYS;
 		return -1;
@@ -533,7 +534,7 @@ FERRY_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *alen)
 	}
 	if (f)
 		ffile_put(&fdtab, f);
-	return done ? 0 : libc()->getsockname(fd, addr, alen);
+	return done ? 0 : sys()->getsockname(fd, addr, alen);
 }
 
 FERRY_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *alen)
@@ -557,6 +558,6 @@ FERRY_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *alen)
 	if (f)
 		ffile_put(&fdtab, f);
 	if (rc == 1)
-		return libc()->getpeername(fd, addr, alen);
+		return sys()->getpeername(fd, addr, alen);
 	return (int)ferry_ret(rc);
 }

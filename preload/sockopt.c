@@ -16,9 +16,9 @@
 #include "preload/export.h"
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
-#include "preload/libc.h"
 #include "preload/sock_internal.h"
 #include "preload/stream.h"
+#include "transport/sys.h"
 
 static int sock_tcp_info(struct fsock *sk, void *val, socklen_t *len)
 {
@@ -110,7 +110,7 @@ FERRY_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *l
 	if (f)
 		ffile_put(&fdtab, f);
 	if (rc == 1)
-		return libc()->getsockopt(fd, level, name, val, len);
+		return sys()->getsockopt(fd, level, name, val, len);
 	return (int)ferry_ret(rc);
 }
 
@@ -171,13 +171,13 @@ FERRY_EXPORT int setsockopt(int fd, int level, int name, const void *val, sockle
 {
 	struct ffile *f = sock_file(fd);
 	if (!f)
-		return libc()->setsockopt(fd, level, name, val, len);
+		return sys()->setsockopt(fd, level, name, val, len);
 	int rc = sock_setopt_stream(f, level, name, val, len);
 	if (rc == 1) {
 		/* The kernel keeps every other option on the placeholder, so
 		 * getsockopt answers as it would. */
 		sock_kernel_own(f, fd);
-		rc = libc()->setsockopt(fd, level, name, val, len) == 0 ? 0 : -errno;
+		rc = sys()->setsockopt(fd, level, name, val, len) == 0 ? 0 : -errno;
 		if (rc == 0)
 			sock_setopt_note(f, level, name, val, len);
 	}
@@ -224,5 +224,5 @@ FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
 kernel:
 	if (f)
 		ffile_put(&fdtab, f);
-	return libc()->ioctl(fd, req, arg);
+	return sys()->ioctl(fd, req, arg);
 }

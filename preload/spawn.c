@@ -13,15 +13,16 @@
 
 #include "preload/export.h"
 #include "preload/ferry.h"
-#include "preload/libc.h"
+#include "preload/reentry.h"
 #include "preload/sock.h"
+#include "transport/sys.h"
 
 FERRY_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
 			     const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
 	if (!ferry_internal())
 		sock_share_all();
-	return libc()->posix_spawn(pid, path, fa, attr, argv, envp);
+	return sys()->posix_spawn(pid, path, fa, attr, argv, envp);
 }
 
 FERRY_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
@@ -29,19 +30,19 @@ FERRY_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_fi
 {
 	if (!ferry_internal())
 		sock_share_all();
-	return libc()->posix_spawnp(pid, file, fa, attr, argv, envp);
+	return sys()->posix_spawnp(pid, file, fa, attr, argv, envp);
 }
 
 FERRY_EXPORT int system(const char *command)
 {
 	if (command && !ferry_internal())
 		sock_share_all();
-	return libc()->system(command);
+	return sys()->system(command);
 }
 
 FERRY_EXPORT FILE *popen(const char *command, const char *type)
 {
 	if (!ferry_internal())
 		sock_share_all();
-	return libc()->popen(command, type);
+	return sys()->popen(command, type);
 }

@@ -12,9 +12,9 @@
 #include <sys/epoll.h>
 #include <time.h>
 
-#include "preload/libc.h"
 #include "preload/phpool.h"
 #include "transport/clock.h"
+#include "transport/sys.h"
 
 struct stream_table streams;
 uint32_t stream_forks;
@@ -91,8 +91,8 @@ static void fin_timeout_read(void)
 	if (fd < 0)
 		return;
 	char buf[32];
-	ssize_t n = libc()->read(fd, buf, sizeof(buf) - 1);
-	libc()->close(fd);
+	ssize_t n = sys()->read(fd, buf, sizeof(buf) - 1);
+	sys()->close(fd);
 	if (n <= 0)
 		return;
 	buf[n] = 0;
@@ -174,7 +174,7 @@ void stream_put(struct stream *s)
 		if (s->ended)
 			phpool_give_bound(s->ph_fd, &s->local, s->local_len);
 		else
-			libc()->close(s->ph_fd);
+			sys()->close(s->ph_fd);
 	}
 	rxbuf_free(&s->rx);
 	free(s);
@@ -350,7 +350,7 @@ void stream_fork_child(void)
 	for (uint32_t i = 0; i < streams.used; i++) {
 		struct stream *s = streams.slots[i];
 		if (s && s->ph_fd >= 0) {
-			libc()->close(s->ph_fd);
+			sys()->close(s->ph_fd);
 			s->ph_fd = -1;
 		}
 	}

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "preload/fdtable.h"
-#include "preload/libc.h"
 #include "transport/clock.h"
+#include "transport/sys.h"
 
 static __thread struct waiter *wait_tls __attribute__((tls_model("initial-exec")));
 static pthread_key_t wait_key;
@@ -27,9 +27,9 @@ static unsigned wait_spin;
 static void wait_destroy(void *p)
 {
 	struct waiter *w = p;
-	libc()->close(w->efd);
+	sys()->close(w->efd);
 	if (w->epfd >= 0)
-		libc()->close(w->epfd);
+		sys()->close(w->epfd);
 	free(w);
 }
 
@@ -40,7 +40,7 @@ static char wait_efd_tag, wait_notify_tag;
  * packet wakes one sleeping thread. */
 static int wait_epoll(struct waiter *w, int nfd)
 {
-	const struct libc_fns *c = libc();
+	const struct sys_fns *c = sys();
 	if (w->epfd < 0) {
 		w->epfd = c->epoll_create1(EPOLL_CLOEXEC);
 		if (w->epfd < 0)
@@ -64,7 +64,7 @@ static int wait_epoll(struct waiter *w, int nfd)
 static void wait_epoll_done(struct waiter *w)
 {
 	if (w->epfd_notify >= 0) {
-		libc()->epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->epfd_notify, NULL);
+		sys()->epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->epfd_notify, NULL);
 		w->epfd_notify = -1;
 	}
 }
@@ -102,9 +102,9 @@ void wait_fork_child(void)
 		return;
 	wait_tls = NULL;
 	pthread_setspecific(wait_key, NULL);
-	libc()->close(w->efd);
+	sys()->close(w->efd);
 	if (w->epfd >= 0)
-		libc()->close(w->epfd);
+		sys()->close(w->epfd);
 	free(w);
 }
 
@@ -117,7 +117,7 @@ void wait_wake(struct waiter *w)
 	if (__atomic_exchange_n(&w->signaled, 1, __ATOMIC_ACQ_REL))
 		return;
 	uint64_t one = 1;
-	ssize_t r = libc()->write(w->efd, &one, sizeof(one));
+	ssize_t r = sys()->write(w->efd, &one, sizeof(one));
 	(void)r;
 }
 
@@ -126,7 +126,7 @@ void wait_consume(struct waiter *w)
 	if (!__atomic_load_n(&w->signaled, __ATOMIC_ACQUIRE))
 		return;
 	uint64_t v;
-	ssize_t r = libc()->read(w->efd, &v, sizeof(v));
+	ssize_t r = sys()->read(w->efd, &v, sizeof(v));
 	(void)r;
 	__atomic_store_n(&w->signaled, 0, __ATOMIC_RELEASE);
 }
@@ -242,7 +242,7 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 				     ((uint64_t)timeout->tv_nsec + 999999u) / 1000000u;
 			ms = t > INT_MAX ? INT_MAX : (int)t;
 		}
-		int k = libc()->epoll_pwait(w->epfd, ev, 2, ms, sigmask);
+		int k = sys()->epoll_pwait(w->epfd, ev, 2, ms, sigmask);
 		int err = errno;
 		wait_epoll_done(w);
 		if (k < 0)
@@ -261,7 +261,7 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 	struct timespec short_sleep = {0, 1000000};
 	if (!w && (!timeout || timeout->tv_sec > 0 || timeout->tv_nsec > short_sleep.tv_nsec))
 		timeout = &short_sleep; /* no waiter: nobody can wake us, so poll */
-	int rc = libc()->ppoll(kfds, n, timeout, sigmask);
+	int rc = sys()->ppoll(kfds, n, timeout, sigmask);
 	if (rc < 0)
 		return -errno;
 	int mine = 0;

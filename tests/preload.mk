@@ -75,7 +75,7 @@ EXTRA_tests_test_preload_stream_DEPENDENCIES = libferry_preload.la
 check_PROGRAMS += tests/test_preload_phpool
 TESTS += tests/test_preload_phpool
 tests_test_preload_phpool_SOURCES = tests/test_preload_phpool.c preload/phpool.c preload/phpool.h \
-	preload/libc.c preload/libc.h
+	preload/reentry.c preload/reentry.h
 tests_test_preload_phpool_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_phpool_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/test_preload_sharing
@@ -95,7 +95,7 @@ EXTRA_tests_test_preload_epoll_handover_DEPENDENCIES = libferry_preload.la
 check_PROGRAMS += tests/test_preload_phpool_limit
 TESTS += tests/test_preload_phpool_limit
 tests_test_preload_phpool_limit_SOURCES = tests/test_preload_phpool_limit.c preload/phpool.c preload/phpool.h \
-	preload/libc.c preload/libc.h
+	preload/reentry.c preload/reentry.h
 tests_test_preload_phpool_limit_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_phpool_limit_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/test_preload_placeholder

@@ -17,12 +17,12 @@
 #include <time.h>
 
 #include "preload/fdtable.h"
-#include "preload/libc.h"
-#include "preload/phpool.h"
 #include "preload/listener.h"
+#include "preload/phpool.h"
 #include "preload/stream.h"
 #include "rpc_pair.h"
 #include "transport/clock.h"
+#include "transport/sys.h"
 
 static struct rpc_pair P;
 
@@ -510,13 +510,13 @@ Test(stream, a_closed_stream_whose_peer_never_ends_is_let_go_after_the_fin_timeo
 				      &other_llen);
 	cr_assert_geq(other, 0);
 	cr_assert_neq(port_of(&other_local), port_of(&local), "the port is not pooled yet");
-	libc()->close(other);
+	sys()->close(other);
 
 	stream_test_set_fin_timeout(0);
 	for (int i = 0; i < 50; i++)
 		pump();
 	errno = 0;
-	cr_assert_eq(libc()->fcntl(ph, F_GETFD), -1, "the placeholder is closed at the timeout");
+	cr_assert_eq(sys()->fcntl(ph, F_GETFD), -1, "the placeholder is closed at the timeout");
 	cr_assert_eq(errno, EBADF);
 	cr_assert_not(s->reset, "the peer hears nothing, as from the kernel");
 	cr_assert_not(stream_mask(s) & (EPOLLERR | EPOLLHUP));
@@ -570,10 +570,10 @@ Test(stream, the_fin_timeout_check_is_free_once_no_stream_lingers, .init = clean
 		again = phpool_take_bound(AF_INET, (struct sockaddr *)&lo, sizeof(lo), &other,
 					  &olen);
 		if (again >= 0 && again != ph)
-			libc()->close(again);
+			sys()->close(again);
 	}
 	cr_assert_eq(again, ph, "the linger ended");
-	libc()->close(again);
+	sys()->close(again);
 	__atomic_store_n(&coarse_reads, 0, __ATOMIC_RELAXED);
 	for (int i = 0; i < 10; i++)
 		pump();

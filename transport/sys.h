@@ -6,7 +6,7 @@
  * goes back up into the interposer. tests/test_layering.sh fails a build
  * where transport/, mgmt/ or compat/softib reference such a name directly.
  *
- * The table is the interposer's too (preload/libc.h calls it libc()), so
+ * The table is the interposer's too (preload/ calls sys() as well), so
  * there is one table and one resolution: what a wrapper passes a call on
  * to is exactly what the transport calls.
  */

@@ -201,7 +201,7 @@ int main(int argc, char **argv)
 			/* A passed connection's worker goes with the server the test
 			 * kills, across its exec too, or it would outlive the test
 			 * (a passed listener's outlives its passer on purpose). */
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			prctl(PR_SET_PDEATHSIG, SIGTERM);
 			if (argc > 3) {
 				if (dup2(pair[1], 3) != 3)
 					_exit(126);

@@ -1,26 +1,12 @@
 /*
- * The real libc functions behind every interposed name (transport/sys.h's
- * table, which the whole library shares), and the per-thread flag that
- * sends ferry's own calls straight to them.
+ * The per-thread flag that sends ferry's own calls straight to libc: the
+ * interposed names check it before anything else. (ferry itself reaches
+ * libc through transport/sys.h's table, never by name.)
  */
-#ifndef FERRY_PRELOAD_LIBC_H
-#define FERRY_PRELOAD_LIBC_H
+#ifndef FERRY_PRELOAD_REENTRY_H
+#define FERRY_PRELOAD_REENTRY_H
 
 #include <stdbool.h>
-
-#include "transport/sys.h"
-
-/* The interposer's names for the one table of transport/sys.h, kept so its
- * many call sites read as before: libc() is sys(). */
-#define libc_fns sys_fns
-static inline const struct sys_fns *libc(void)
-{
-	return sys();
-}
-static inline void libc_resolve(void)
-{
-	sys_resolve();
-}
 
 /*
  * Depth of ferry-internal code on this thread: while it is non-zero every

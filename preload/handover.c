@@ -237,8 +237,12 @@ static void ho_serve(int cfd)
 		resp.snap.peer_mgmt_len = peer_mgmt_len;
 	}
 	resp.status = rc;
-	if (rc != 0)
+	if (rc != 0) {
 		resp.len = 0;
+		/* The new owner only learns that it failed; why is said here. */
+		log_info("handover: stream %u not handed over: %s", req.sid,
+			 !s ? "no such open stream here" : strerror(-rc));
+	}
 	bool sent = ho_send_all(cfd, &resp, sizeof(resp)) == 0 &&
 		    ho_send_all(cfd, bytes, resp.len) == 0;
 	if (s) {

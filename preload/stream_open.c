@@ -58,7 +58,7 @@ static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 	} else {
 		const struct wire_open_resp *r = (const void *)resp->buf;
 		if (r->status < 0) {
-			err = -r->status;
+			err = wire_errno(r->status);
 		} else {
 			s->peer_sid = r->server_sid;
 			s->peer_window = r->window;

@@ -3,6 +3,7 @@
 #ifndef FERRY_PRELOAD_STREAM_WIRE_H
 #define FERRY_PRELOAD_STREAM_WIRE_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -68,6 +69,13 @@ struct wire_attach {
 	uint32_t window;
 };
 _Static_assert(sizeof(struct wire_attach) == 40, "wire layout");
+
+/* The errno a negative status from the wire stands for: a peer may write
+ * anything there, and anything but an errno is a protocol error. */
+static inline int wire_errno(int32_t status)
+{
+	return status < 0 && status >= -4095 ? -status : EPROTO;
+}
 
 /* sa (NULL: all zero) as OPEN carries it. */
 void wire_addr_from(struct wire_addr *w, const struct sockaddr *sa);

@@ -647,6 +647,7 @@ void handover_adopt(struct ffile *f)
 		if (rc == 0) {
 			sk->stream = s;
 			sk->state = FSOCK_STREAM;
+			sock_apply_timeouts(sk);
 			stream_set_file(s, f);
 		}
 		ferry_unlock();

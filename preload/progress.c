@@ -164,6 +164,11 @@ static void *progress_main(void *arg)
 			timeout = (int)(pg_tick_ns / 1000000u);
 		if (timeout == 0)
 			timeout = 1;
+		/* Keepalive and user timeouts count from a quiet peer: only a pass
+		 * now and then notices (stream_timed_check checks ten times a
+		 * second). */
+		if (timeout < 0 && stream_timed_pending())
+			timeout = 100;
 		bool long_sleep = timeout < 0;
 		if (long_sleep) {
 			__atomic_store_n(&pg_long_sleep, 1, __ATOMIC_SEQ_CST);

@@ -53,7 +53,7 @@ struct fsock {
 	 * placeholder (no system call per option): bit i of opt_set says
 	 * opt_val[i] holds sock_opt_table[i]'s value. */
 	uint8_t opt_set;
-	int opt_val[5];
+	int opt_val[6];
 	/* Held across one whole send, waits included, so two threads' sends
 	 * never interleave inside a record (a small send is never torn). */
 	pthread_mutex_t send_lock;
@@ -129,6 +129,10 @@ unsigned sock_listen_flags(int fd, int family);
 /* Clients a shared listener's process sent elsewhere: a fresh rendezvous
  * each, then OPEN again (stream_take_redirect). No lock held. */
 void sock_redirects_run(void);
+
+/* The keepalive and user timeout sk's options ask for go to its stream
+ * (sockopt.c); under the endpoint lock, sk->stream set. */
+void sock_apply_timeouts(struct fsock *sk);
 
 /* Raises SIGPIPE for an EPIPE, as the kernel does, unless suppressed. */
 void sock_sigpipe(int flags);

@@ -84,6 +84,7 @@ static int sock_open_stream(struct fsock *sk, int session, const struct sockaddr
 		return rc;
 	sk->stream = s;
 	sk->state = FSOCK_STREAM;
+	sock_apply_timeouts(sk);
 	return 0;
 }
 

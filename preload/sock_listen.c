@@ -205,6 +205,10 @@ static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *a
 	ferry_lock();
 	sk->state = FSOCK_STREAM;
 	sk->stream = s;
+	/* As the kernel's accepted sockets, it inherits the listener's. */
+	sk->opt_set = lsk->opt_set;
+	memcpy(sk->opt_val, lsk->opt_val, sizeof(sk->opt_val));
+	sock_apply_timeouts(sk);
 	stream_set_file(s, nf);
 	ferry_unlock();
 	sockaddr_copy_out(&s->peer, s->peer_len, addr, alen);

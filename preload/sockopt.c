@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 
@@ -51,22 +52,67 @@ static int sock_tcp_info(struct fsock *sk, void *val, socklen_t *len)
  * Options a server sets on every accepted connection (redis: TCP_NODELAY
  * and the keepalive four), answered for streams without the kernel: each
  * would be a system call per connection on the placeholder, which carries
- * no traffic. Ranges as the kernel checks them (tcp.h MAX_TCP_KEEP*).
+ * no traffic. Ranges as the kernel checks them (tcp.h MAX_TCP_KEEP*). Set
+ * on a socket before it connects or listens, the kernel keeps them and
+ * they are noted here too: a stream takes them at connect, an accepted one
+ * from its listener, as the kernel's sockets inherit them.
  */
+enum { OPT_NODELAY, OPT_KEEPALIVE, OPT_KEEPIDLE, OPT_KEEPINTVL, OPT_KEEPCNT, OPT_USER_TIMEOUT };
 static const struct {
 	int level, name, lo, hi;
 	bool boolean;
-} sock_opt_table[5] = {
-	{IPPROTO_TCP, TCP_NODELAY, INT_MIN, INT_MAX, true},
-	{SOL_SOCKET, SO_KEEPALIVE, INT_MIN, INT_MAX, true},
-	{IPPROTO_TCP, TCP_KEEPIDLE, 1, 32767, false},
-	{IPPROTO_TCP, TCP_KEEPINTVL, 1, 32767, false},
-	{IPPROTO_TCP, TCP_KEEPCNT, 1, 127, false},
+} sock_opt_table[6] = {
+	[OPT_NODELAY] = {IPPROTO_TCP, TCP_NODELAY, INT_MIN, INT_MAX, true},
+	[OPT_KEEPALIVE] = {SOL_SOCKET, SO_KEEPALIVE, INT_MIN, INT_MAX, true},
+	[OPT_KEEPIDLE] = {IPPROTO_TCP, TCP_KEEPIDLE, 1, 32767, false},
+	[OPT_KEEPINTVL] = {IPPROTO_TCP, TCP_KEEPINTVL, 1, 32767, false},
+	[OPT_KEEPCNT] = {IPPROTO_TCP, TCP_KEEPCNT, 1, 127, false},
+	[OPT_USER_TIMEOUT] = {IPPROTO_TCP, TCP_USER_TIMEOUT, 0, INT_MAX, false},
 };
+
+/* The kernel's defaults for what a socket did not set (tcp(7)). */
+static int sock_sysctl(const char *path, int fallback)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char buf[32];
+	ssize_t n = fd < 0 ? -1 : sys()->read(fd, buf, sizeof(buf) - 1);
+	if (fd >= 0)
+		sys()->close(fd);
+	if (n <= 0)
+		return fallback;
+	buf[n] = 0;
+	int v = atoi(buf);
+	return v > 0 ? v : fallback;
+}
+
+static int sock_opt(const struct fsock *sk, int i, int fallback)
+{
+	return (sk->opt_set & (1u << i)) ? sk->opt_val[i] : fallback;
+}
+
+void sock_apply_timeouts(struct fsock *sk)
+{
+	static int ka_time, ka_intvl, ka_probes; /* read once; under the endpoint lock */
+	if (!sk->stream || !(sk->opt_set & ((1u << OPT_KEEPALIVE) | (1u << OPT_USER_TIMEOUT))))
+		return;
+	if (!ka_time) {
+		ka_intvl = sock_sysctl("/proc/sys/net/ipv4/tcp_keepalive_intvl", 75);
+		ka_probes = sock_sysctl("/proc/sys/net/ipv4/tcp_keepalive_probes", 9);
+		ka_time = sock_sysctl("/proc/sys/net/ipv4/tcp_keepalive_time", 7200);
+	}
+	uint64_t idle = 0, wait = 0;
+	if (sock_opt(sk, OPT_KEEPALIVE, 0)) {
+		idle = (uint64_t)sock_opt(sk, OPT_KEEPIDLE, ka_time) * 1000000000ull;
+		wait = (uint64_t)sock_opt(sk, OPT_KEEPINTVL, ka_intvl) *
+		       (uint64_t)sock_opt(sk, OPT_KEEPCNT, ka_probes) * 1000000000ull;
+	}
+	stream_set_timeouts(sk->stream, idle, wait,
+			    (uint64_t)sock_opt(sk, OPT_USER_TIMEOUT, 0) * 1000000ull);
+}
 
 static int sock_opt_index(int level, int name)
 {
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 		if (sock_opt_table[i].level == level && sock_opt_table[i].name == name)
 			return i;
 	return -1;
@@ -145,6 +191,7 @@ static int sock_setopt_stream(struct ffile *f, int level, int name, const void *
 		if (rc == 0) {
 			sk->opt_val[i] = v;
 			sk->opt_set |= (uint8_t)(1u << i);
+			sock_apply_timeouts(sk);
 		}
 	}
 	ferry_unlock();
@@ -155,9 +202,22 @@ static int sock_setopt_stream(struct ffile *f, int level, int name, const void *
 static void sock_setopt_note(struct ffile *f, int level, int name, const void *val,
 			     socklen_t len)
 {
-	if (f->kind != FFILE_SOCK || level != SOL_SOCKET)
+	if (f->kind != FFILE_SOCK)
 		return;
 	struct fsock *sk = f->priv;
+	int i = sock_opt_index(level, name);
+	if (i >= 0 && val && len >= sizeof(int)) {
+		/* The kernel took it; the stream this socket makes takes it too. */
+		int v;
+		memcpy(&v, val, sizeof(v));
+		ferry_lock();
+		sk->opt_val[i] = sock_opt_table[i].boolean ? v != 0 : v;
+		sk->opt_set |= (uint8_t)(1u << i);
+		ferry_unlock();
+		return;
+	}
+	if (level != SOL_SOCKET)
+		return;
 	if (name == SO_RCVTIMEO)
 		sk->rcvtimeo_ns = timeval_ns(val, len);
 	else if (name == SO_SNDTIMEO)

@@ -165,6 +165,7 @@ void stream_put(struct stream *s)
 {
 	if (--s->refs > 0)
 		return;
+	stream_timed_forget(s);
 	uint32_t idx = s->sid & SID_INDEX_MASK;
 	if (idx < streams.cap && streams.slots[idx] == s) {
 		streams.slots[idx] = NULL;
@@ -295,8 +296,10 @@ void stream_tell(struct stream *s, uint64_t *consumed, uint64_t *received)
 
 void stream_heard(struct stream *s, uint64_t consumed, uint64_t received)
 {
-	if (received > s->tx_delivered && received <= s->tx_seq)
+	bool moved = received > s->tx_delivered && received <= s->tx_seq;
+	if (moved)
 		s->tx_delivered = received;
+	stream_timed_heard(s, moved);
 	if (consumed > s->tx_acked && consumed <= s->tx_seq) {
 		s->tx_acked = consumed;
 		stream_notify(s, EPOLLOUT);
@@ -377,6 +380,7 @@ void stream_forget_all(void)
 	st_linger_oldest = UINT64_MAX;
 	st_nlinger = 0;
 	streams.nmoving = 0;
+	streams.ntimed = 0;
 	streams.redirect_head = NULL;
 	stream_work_update();
 	rxbuf_spares_release();
@@ -434,6 +438,8 @@ static void stream_move_expire(void)
 
 void stream_expire(struct rpc *rpc)
 {
+	if (streams.ntimed)
+		stream_timed_check(rpc);
 	if (st_linger_oldest != UINT64_MAX)
 		stream_linger_expire(rpc);
 	if (streams.nmoving)

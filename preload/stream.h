@@ -74,6 +74,15 @@ struct stream {
 	int ph_fd;
 	bool ended;   /* the peer's direction is over: its FIN, or a reset */
 	bool write_draws_reset; /* ended cleanly, the peer's socket gone (stream_end) */
+	/* SO_KEEPALIVE and TCP_USER_TIMEOUT (stream_set_timeouts), for a peer on
+	 * another host; 0: off. */
+	uint64_t ka_idle_ns;  /* silence before a probe */
+	uint64_t ka_wait_ns;  /* how long a probe may go unanswered */
+	uint64_t user_timeout_ns;
+	uint64_t heard_ns;    /* the peer last spoke of this stream */
+	uint64_t probe_ns;    /* a probe went then, unanswered; 0: none */
+	uint64_t tx_wait_ns;  /* our bytes have waited for the peer since; 0: none */
+	bool timed;           /* counted in streams.ntimed */
 	bool ph_wait; /* closed, holding a reference for ph_fd until ended */
 	uint64_t closed_ns; /* when ph_wait began (CLOCK_MONOTONIC_COARSE) */
 	struct stream *accept_next;
@@ -237,6 +246,19 @@ bool stream_redirect_pending(void);
 /* OPEN again on session (>= 0), or the connect fails (-errno). Drops the
  * reference stream_take_redirect gave. */
 void stream_redirect_done(struct rpc *rpc, struct stream *s, int session);
+
+/*
+ * SO_KEEPALIVE (ka_idle_ns of silence, then a probe that may go unanswered
+ * ka_wait_ns) and TCP_USER_TIMEOUT (our bytes unacknowledged that long);
+ * 0 turns each off. Either ends the stream with ETIMEDOUT, as the kernel's
+ * would. Only for a peer on another host: one on this host is watched by
+ * its process (mgmt), whose kernel would answer probes even while stopped.
+ */
+void stream_set_timeouts(struct stream *s, uint64_t ka_idle_ns, uint64_t ka_wait_ns,
+			 uint64_t user_timeout_ns);
+/* Whether a stream's timeouts want this process looked at now and then
+ * (the progress thread's idle wake-ups; any thread, no lock). */
+bool stream_timed_pending(void);
 
 /* Sends FIN on every open stream (at exit, so peers see EOF at once). */
 void stream_fin_all(struct rpc *rpc);

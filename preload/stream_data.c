@@ -241,6 +241,7 @@ static size_t stream_send_in_answer(struct rpc *rpc, struct stream *s, const str
 		len = room;
 	if (len == 0 || !stream_answer_held(rpc, s, 0, iov, iovcnt, len))
 		return 0;
+	stream_timed_sent(s);
 	s->tx_seq += len;
 	stream_defer_tx();
 	return len;
@@ -302,6 +303,7 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 		s->inflight++;
 		stream_defer_tx();
 		tx->len = (uint32_t)chunk;
+		stream_timed_sent(s);
 		s->tx_seq += chunk;
 		done += chunk;
 	}

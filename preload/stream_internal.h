@@ -39,6 +39,7 @@ struct stream_table {
 	uint32_t *free;
 	uint32_t cap, used, nfree;
 	unsigned nmoving; /* streams moving at the peer's word */
+	unsigned ntimed;  /* atomic: streams with keepalive or a user timeout */
 	/* Streams holding a DATA answer, streams owing an acknowledgement,
 	 * client streams to open elsewhere: lists that hold a reference each;
 	 * an entry whose reason went away is dropped when next walked. */
@@ -104,6 +105,16 @@ int stream_end_error(const struct stream *s, int err);
 void stream_end(struct stream *s, int err);
 /* That write: len bytes taken (and dropped); the stream has EPIPE to say. */
 ssize_t stream_end_write(struct stream *s, size_t len);
+
+/* stream_timeout.c */
+/* Probes and expires the timed streams, every STREAM_TIMED_CHECK_NS. */
+void stream_timed_check(struct rpc *rpc);
+/* The peer spoke of s (received: its word on our bytes moved on). */
+void stream_timed_heard(struct stream *s, bool received);
+/* Our bytes start to wait for the peer. */
+void stream_timed_sent(struct stream *s);
+/* s goes away: no longer counted. */
+void stream_timed_forget(struct stream *s);
 
 /* stream_data.c */
 int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t value,

@@ -73,8 +73,8 @@ tests_test_pool_alloc_LDADD = $(TEST_LDADD)
 tests_test_config_env_SOURCES = tests/test_config_env.c preload/config.c preload/config.h
 tests_test_config_env_CFLAGS = $(TEST_CFLAGS)
 tests_test_config_env_LDADD = $(TEST_LDADD)
-TESTS += tests/test_netns_two_hosts.sh tests/test_netns_trust.sh
-EXTRA_DIST += tests/test_netns_two_hosts.sh tests/test_netns_trust.sh tests/netns_lib.sh tests/integration/addrprobe.py
+TESTS += tests/test_netns_two_hosts.sh tests/test_netns_trust.sh tests/test_netns_keepalive.sh
+EXTRA_DIST += tests/test_netns_two_hosts.sh tests/test_netns_trust.sh tests/test_netns_keepalive.sh tests/netns_lib.sh tests/integration/addrprobe.py
 # transport/, mgmt/ and compat/softib reach libc only through transport/sys.h
 # (nm -u of libferry_core against preload/libferry.map).
 TESTS += tests/test_layering.sh

@@ -8,7 +8,16 @@
       server's answer
   addrprobe.py redis BIND HOST PORT  the same, then PING: prints redis's
       first reply line (+PONG, or -DENIED in protected mode)
+  addrprobe.py hold ADDR:PORT        accept connections and keep them, silent
+  addrprobe.py keepalive HOST PORT   connect with SO_KEEPALIVE (idle 1 s, 2
+      probes 1 s apart), print "ready", then block in recv and print how it
+      ended ("recv ETIMEDOUT", "recv eof", ...)
+  addrprobe.py usertimeout HOST PORT FILE  connect with TCP_USER_TIMEOUT
+      1500 ms, print "ready", wait for FILE to exist, send 64 KiB, then
+      block in recv and print how it ended
 """
+import os
+import time
 import errno
 import select
 import signal
@@ -59,10 +68,54 @@ def connect(bind, host, port):
     return s
 
 
+def hold(spec):
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    a, port = spec.rsplit(":", 1)
+    s = socket.socket(family(a), socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((a, int(port)))
+    s.listen(16)
+    print("listening", flush=True)
+    kept = []
+    while True:
+        kept.append(s.accept()[0])
+
+
+def wait_end(s):
+    s.settimeout(None)
+    try:
+        data = s.recv(1)
+        print("recv", "eof" if not data else "data", flush=True)
+    except OSError as e:
+        print("recv", errno.errorcode.get(e.errno, str(e.errno)), flush=True)
+
+
+def timed(mode, host, port, flag):
+    s = connect("-", host, port)
+    if mode == "keepalive":
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 2)
+    else:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 1500)
+    print("ready", flush=True)
+    if mode == "usertimeout":
+        while not os.path.exists(flag):
+            time.sleep(0.05)
+        s.sendall(b"x" * 65536)
+    wait_end(s)
+
+
 def main():
     mode = sys.argv[1]
     if mode == "server":
         serve(sys.argv[2:])
+    if mode == "hold":
+        hold(sys.argv[2])
+    if mode in ("keepalive", "usertimeout"):
+        timed(mode, sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "")
+        return
     s = connect(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     if mode == "redis":
         s.sendall(b"PING\r\n")

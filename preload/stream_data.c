@@ -86,8 +86,8 @@ void stream_ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, voi
 	struct stream *s = tx->s;
 	free(tx);
 	s->inflight--;
-	if (status == 0 && resp->data_size >= sizeof(struct wire_ack)) {
-		const struct wire_ack *a = (const void *)resp->buf;
+	const struct wire_ack *a = stream_ack_of(status, resp);
+	if (a) {
 		stream_heard(s, a->consumed, a->received);
 		size_t len = resp->data_size - sizeof(*a);
 		if (len > 0 && a->status == 0)
@@ -102,8 +102,35 @@ void stream_ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, voi
 	stream_put(s);
 }
 
+struct stream_tx *stream_tx_new(struct rpc *rpc, struct stream *s, uint32_t len)
+{
+	struct stream_tx *tx = calloc(1, sizeof(*tx));
+	struct msgbuf *m = tx ? rpc_alloc_msg(rpc, len) : NULL;
+	if (!m) {
+		free(tx);
+		return NULL;
+	}
+	tx->s = s;
+	tx->m = m;
+	return tx;
+}
+
+int stream_tx_send(struct rpc *rpc, struct stream_tx *tx, uint8_t type, rpc_cont_fn cont)
+{
+	struct stream *s = tx->s;
+	int rc = rpc_enqueue_request(rpc, s->session, type, tx->m, cont, tx);
+	if (rc) {
+		rpc_free_msg(rpc, tx->m);
+		free(tx);
+		return rc;
+	}
+	s->refs++;
+	s->inflight++;
+	return 0;
+}
+
 int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t value,
-			   rpc_cont_fn cont)
+		    rpc_cont_fn cont)
 {
 	if (s->moving && type != STREAM_REQ_MOVE) {
 		/* Nothing goes to the old owner: the new one hears it once it
@@ -112,27 +139,15 @@ int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t va
 		s->move_reset |= type == STREAM_REQ_RESET;
 		return 0;
 	}
-	struct stream_tx *tx = calloc(1, sizeof(*tx));
+	struct stream_tx *tx = stream_tx_new(rpc, s, sizeof(struct wire_seg));
 	if (!tx)
 		return -ENOMEM;
-	struct msgbuf *m = rpc_alloc_msg(rpc, sizeof(struct wire_seg));
-	if (!m) {
-		free(tx);
-		return -ENOMEM;
-	}
-	struct wire_seg *w = (void *)m->buf;
+	struct wire_seg *w = (void *)tx->m->buf;
 	*w = (struct wire_seg){.sid = s->peer_sid, .value = value};
 	stream_tell(s, &w->consumed, &w->received);
-	tx->s = s;
-	tx->m = m;
-	int rc = rpc_enqueue_request(rpc, s->session, type, m, cont, tx);
-	if (rc) {
-		rpc_free_msg(rpc, m);
-		free(tx);
+	int rc = stream_tx_send(rpc, tx, type, cont);
+	if (rc)
 		return rc;
-	}
-	s->refs++;
-	s->inflight++;
 	/* A FIN waits for the application's next wait, as DATA does, so the
 	 * closes of one pass of its loop leave in one batch with its other
 	 * requests (a new connection's OPEN, say). */
@@ -147,13 +162,11 @@ static void data_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 {
 	struct stream_tx *tx = tag;
 	struct stream *s = tx->s;
-	if (status == 0 && resp->data_size >= sizeof(struct wire_ack)) {
-		const struct wire_ack *a = (const void *)resp->buf;
-		if (a->status < 0)
-			status = a->status;
-	} else if (status == 0) {
+	const struct wire_ack *a = stream_ack_of(status, resp);
+	if (a && a->status < 0)
+		status = a->status;
+	else if (!a && status == 0)
 		status = -EPROTO;
-	}
 	if (status < 0)
 		stream_fail(s, ECONNRESET);
 	stream_ctl_cont(rpc, status, status == 0 ? resp : NULL, tag);
@@ -275,34 +288,25 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 			chunk = total - done;
 		if (chunk > STREAM_DATA_MAX)
 			chunk = STREAM_DATA_MAX;
-		struct stream_tx *tx = calloc(1, sizeof(*tx));
-		struct msgbuf *m = tx ? rpc_alloc_msg(rpc, (uint32_t)(sizeof(struct wire_seg) + chunk))
-				      : NULL;
-		if (!m) {
-			free(tx);
+		struct stream_tx *tx =
+			stream_tx_new(rpc, s, (uint32_t)(sizeof(struct wire_seg) + chunk));
+		if (!tx) {
 			if (done == 0 && s->inflight == 0)
 				return -ENOBUFS;
 			break; /* memory comes back as requests complete */
 		}
-		struct wire_seg *w = (void *)m->buf;
+		struct wire_seg *w = (void *)tx->m->buf;
 		*w = (struct wire_seg){.sid = s->peer_sid, .value = s->tx_seq};
 		stream_tell(s, &w->consumed, &w->received);
-		iov_copy_from(m->buf + sizeof(*w), iov, iovcnt, done, chunk);
-		tx->s = s;
-		tx->m = m;
-		int rc = rpc_enqueue_request(rpc, s->session, STREAM_REQ_DATA, m, data_cont, tx);
-		if (rc) {
-			rpc_free_msg(rpc, m);
-			free(tx);
+		iov_copy_from(tx->m->buf + sizeof(*w), iov, iovcnt, done, chunk);
+		tx->len = (uint32_t)chunk;
+		if (stream_tx_send(rpc, tx, STREAM_REQ_DATA, data_cont)) {
 			stream_fail(s, ECONNRESET);
 			if (done)
 				break;
 			return -stream_take_error(s);
 		}
-		s->refs++;
-		s->inflight++;
 		stream_defer_tx();
-		tx->len = (uint32_t)chunk;
 		stream_timed_sent(s);
 		s->tx_seq += chunk;
 		done += chunk;

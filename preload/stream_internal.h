@@ -117,6 +117,18 @@ void stream_timed_sent(struct stream *s);
 void stream_timed_forget(struct stream *s);
 
 /* stream_data.c */
+/* A request of s's: its tag, with a message of len bytes (tx->m) to fill;
+ * NULL when memory is short. */
+struct stream_tx *stream_tx_new(struct rpc *rpc, struct stream *s, uint32_t len);
+/* Queues tx as a type request on s's session, holding a reference to s
+ * until cont; on failure frees tx and returns -errno. */
+int stream_tx_send(struct rpc *rpc, struct stream_tx *tx, uint8_t type, rpc_cont_fn cont);
+/* The peer's answer in resp when the request was answered and it is one. */
+static inline const struct wire_ack *stream_ack_of(int status, const struct msgbuf *resp)
+{
+	return status == 0 && resp->data_size >= sizeof(struct wire_ack) ? (const void *)resp->buf
+									  : NULL;
+}
 int stream_send_ctl(struct rpc *rpc, struct stream *s, uint8_t type, uint64_t value,
 		    rpc_cont_fn cont);
 void stream_ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag);

@@ -19,9 +19,7 @@
 static void move_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
 {
 	struct stream *s = ((struct stream_tx *)tag)->s;
-	const struct wire_ack *a = status == 0 && resp->data_size >= sizeof(struct wire_ack)
-					   ? (const void *)resp->buf
-					   : NULL;
+	const struct wire_ack *a = stream_ack_of(status, resp);
 	if (a && a->status == 0) {
 		s->move_acked = true;
 		s->move_peer_tx = a->seq;
@@ -81,9 +79,7 @@ size_t stream_snapshot(const struct stream *s, struct stream_snap *snap, void *b
 static void attach_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
 {
 	struct stream *s = ((struct stream_tx *)tag)->s;
-	const struct wire_ack *a = status == 0 && resp->data_size >= sizeof(struct wire_ack)
-					   ? (const void *)resp->buf
-					   : NULL;
+	const struct wire_ack *a = stream_ack_of(status, resp);
 	s->attaching = false;
 	if (!a || a->status != 0) {
 		log_debug("stream %u: the peer refused ATTACH (%d/%d)", s->sid, status,
@@ -129,29 +125,21 @@ int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
 	s->peer = snap->peer;
 	s->peer_len = snap->peer_len;
 	s->file = file;
-	struct stream_tx *tx = calloc(1, sizeof(*tx));
-	struct msgbuf *m = tx ? rpc_alloc_msg(rpc, sizeof(struct wire_attach)) : NULL;
-	if (!m) {
-		free(tx);
+	struct stream_tx *tx = stream_tx_new(rpc, s, sizeof(struct wire_attach));
+	if (!tx) {
 		stream_put(s);
 		return -ENOMEM;
 	}
-	struct wire_attach *w = (void *)m->buf;
+	struct wire_attach *w = (void *)tx->m->buf;
 	*w = (struct wire_attach){.seg = {.sid = snap->peer_sid, .value = snap->cookie},
 				  .sid = s->sid,
 				  .window = s->rx.cap};
 	stream_tell(s, &w->seg.consumed, &w->seg.received);
-	tx->s = s;
-	tx->m = m;
-	int rc = rpc_enqueue_request(rpc, session, STREAM_REQ_ATTACH, m, attach_cont, tx);
+	int rc = stream_tx_send(rpc, tx, STREAM_REQ_ATTACH, attach_cont);
 	if (rc) {
-		rpc_free_msg(rpc, m);
-		free(tx);
 		stream_put(s);
 		return rc;
 	}
-	s->refs++;
-	s->inflight++;
 	s->attaching = true;
 	streams.tx_pending = true;
 	*out = s;

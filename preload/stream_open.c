@@ -87,28 +87,18 @@ static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 /* Queues s's OPEN on its session; holds a reference for the answer. */
 static int stream_send_open(struct rpc *rpc, struct stream *s)
 {
-	struct stream_tx *tx = calloc(1, sizeof(*tx));
-	struct msgbuf *m = tx ? rpc_alloc_msg(rpc, sizeof(struct wire_open)) : NULL;
-	if (!m) {
-		free(tx);
+	struct stream_tx *tx = stream_tx_new(rpc, s, sizeof(struct wire_open));
+	if (!tx)
 		return -ENOMEM;
-	}
-	struct wire_open *w = (void *)m->buf;
+	struct wire_open *w = (void *)tx->m->buf;
 	w->client_sid = s->sid;
 	w->window = s->rx.cap;
 	wire_addr_from(&w->dst, (const struct sockaddr *)&s->peer);
 	wire_addr_from(&w->src, (const struct sockaddr *)&s->local);
-	tx->s = s;
-	tx->m = m;
 	tx->attempt = s->redirects;
-	int rc = rpc_enqueue_request(rpc, s->session, STREAM_REQ_OPEN, m, open_cont, tx);
-	if (rc) {
-		rpc_free_msg(rpc, m);
-		free(tx);
+	int rc = stream_tx_send(rpc, tx, STREAM_REQ_OPEN, open_cont);
+	if (rc)
 		return rc;
-	}
-	s->refs++;
-	s->inflight++;
 	/* Sent at the application's next wait (a blocking connect's is right
 	 * away), with whatever else it queued meanwhile. */
 	stream_defer_tx();

@@ -25,6 +25,26 @@ fail() { echo "FAIL: $name: $*"; for f in "$work"/*.out "$work"/*.err; do [ -s "
 skip() { echo "SKIP: $name: $*"; exit 77; }
 num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" | head -1; }
 
+# netns_bg NS HOW PROG...: PROG in NS in the background, plainly (HOW
+# kernel) or under ferry (counters in stats-HOW-<pid>.json), its pid in
+# $pids (the program's own: ip netns exec and ferry-run exec it).
+netns_bg() {
+	_ns=$1 _how=$2
+	shift 2
+	if [ "$_how" = ferry ]; then
+		ip netns exec "$_ns" "$ferry_run" --transport udp --stats "$work/stats-$_how-%p.json" \
+			"$@" &
+	else
+		ip netns exec "$_ns" "$@" &
+	fi
+	pids="$pids $!"
+}
+
+wait_line() { # FILE TEXT: until FILE says TEXT (10 s)
+	for _i in $(seq 100); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+	fail "$1 never said $2"
+}
+
 netns_setup() {
 	[ "$(id -u)" -eq 0 ] || skip "needs root for ip netns"
 	command -v ip >/dev/null || skip "iproute2 is not installed"

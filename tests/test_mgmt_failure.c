@@ -46,6 +46,23 @@ static void pending_cont(struct rpc *rpc, int status, const struct msgbuf *resp,
 	(void)rpc;
 }
 
+/* A served endpoint whose loop runs in a thread, and a client's session
+ * to it: the start of the tests below. */
+struct served {
+	struct nexus *server, *client;
+	struct tmu_looper loop;
+	int session;
+};
+
+static void serve_and_connect(struct served *sv)
+{
+	sv->server = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	uint16_t port = tmu_serve(sv->server);
+	tmu_loop_start(&sv->loop, nexus_rpc(sv->server));
+	sv->client = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	sv->session = connect_to(sv->client, port);
+}
+
 Test(mgmt_failure, killed_server_fails_pending_requests_and_client_recovers, .timeout = 60)
 {
 	/* The first server is forked before this process has threads. */
@@ -104,13 +121,11 @@ Test(mgmt_failure, killed_server_fails_pending_requests_and_client_recovers, .ti
  * only heartbeats keep its session up. */
 Test(mgmt_failure, heartbeats_keep_an_idle_session_alive, .timeout = 60)
 {
-	struct nexus *server = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
-	uint16_t port = tmu_serve(server);
-	struct tmu_looper loop;
-	tmu_loop_start(&loop, nexus_rpc(server));
-	struct nexus *nx = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	struct served sv;
+	serve_and_connect(&sv);
+	struct nexus *server = sv.server, *nx = sv.client;
 	struct rpc *rpc = nexus_rpc(nx);
-	int s = connect_to(nx, port);
+	int s = sv.session;
 	cr_assert_geq(s, 0);
 	usleep(5 * FAILURE_MS * 1000);
 	cr_assert_eq(nexus_stats(nx)->dead_peers, 0);
@@ -120,7 +135,7 @@ Test(mgmt_failure, heartbeats_keep_an_idle_session_alive, .timeout = 60)
 	struct tmu_call c;
 	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), 0);
 	nexus_destroy(nx);
-	tmu_loop_stop(&loop);
+	tmu_loop_stop(&sv.loop);
 	nexus_destroy(server);
 }
 
@@ -129,13 +144,11 @@ Test(mgmt_failure, heartbeats_keep_an_idle_session_alive, .timeout = 60)
  * carries is reset. */
 Test(mgmt_failure, a_peer_whose_datapath_answers_is_not_declared_dead, .timeout = 60)
 {
-	struct nexus *server = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
-	uint16_t port = tmu_serve(server);
-	struct tmu_looper loop;
-	tmu_loop_start(&loop, nexus_rpc(server));
-	struct nexus *nx = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	struct served sv;
+	serve_and_connect(&sv);
+	struct nexus *server = sv.server, *nx = sv.client;
 	struct rpc *rpc = nexus_rpc(nx);
-	int s = connect_to(nx, port);
+	int s = sv.session;
 	cr_assert_geq(s, 0, "connect: %s", strerror(-s));
 	mgmt_hold(nexus_mgmt(server));
 	uint64_t end = clock_now_ns() + 5ull * FAILURE_MS * 1000000ull;
@@ -149,7 +162,7 @@ Test(mgmt_failure, a_peer_whose_datapath_answers_is_not_declared_dead, .timeout 
 	cr_assert_eq(nexus_stats(nx)->dead_peers, 0, "a peer whose datapath answered was declared dead");
 	mgmt_release(nexus_mgmt(server));
 	nexus_destroy(nx);
-	tmu_loop_stop(&loop);
+	tmu_loop_stop(&sv.loop);
 	nexus_destroy(server);
 }
 
@@ -203,17 +216,15 @@ Test(mgmt_failure, a_killed_peer_is_noticed_before_the_failure_timeout, .timeout
  * kernel TCP's retransmissions time out. */
 Test(mgmt_failure, a_silent_unwatched_peer_times_out, .timeout = 60)
 {
-	struct nexus *server = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
-	uint16_t port = tmu_serve(server);
-	struct tmu_looper loop;
-	tmu_loop_start(&loop, nexus_rpc(server));
-	struct nexus *nx = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
+	struct served sv;
+	serve_and_connect(&sv);
+	struct nexus *server = sv.server, *nx = sv.client;
 	struct rpc *rpc = nexus_rpc(nx);
-	int s = connect_to(nx, port);
+	int s = sv.session;
 	cr_assert_geq(s, 0, "connect: %s", strerror(-s));
 	struct tmu_call c;
 	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), 0);
-	tmu_loop_stop(&loop);
+	tmu_loop_stop(&sv.loop);
 	mgmt_hold(nexus_mgmt(server));
 	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), -ETIMEDOUT);
 	cr_assert_eq(nexus_stats(nx)->dead_peers, 1);

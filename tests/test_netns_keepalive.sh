@@ -13,31 +13,14 @@ command -v python3 >/dev/null || skip "python3 is not installed"
 netns_setup
 export FERRY_FAILURE_TIMEOUT_MS=600000
 
-# run NS HOW PROG...: plainly (kernel) or under ferry, in the background.
-run() {
-	_ns=$1 _how=$2
-	shift 2
-	if [ "$_how" = ferry ]; then
-		ip netns exec "$_ns" "$ferry_run" --transport udp "$@" &
-	else
-		ip netns exec "$_ns" "$@" &
-	fi
-	pids="$pids $!"
-}
-
-wait_line() { # FILE TEXT
-	for _i in $(seq 100); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-	fail "$1 never said $2"
-}
-
 port=7760
 for how in kernel ferry; do
 	for mode in keepalive usertimeout; do
 		port=$((port + 1))
 		out=$work/$mode-$how.out
-		run "$ns1" $how python3 "$probe" hold 0.0.0.0:$port >"$work/hold-$how-$port.out" 2>&1
+		netns_bg "$ns1" $how python3 "$probe" hold 0.0.0.0:$port >"$work/hold-$how-$port.out" 2>&1
 		wait_line "$work/hold-$how-$port.out" listening
-		run "$ns2" $how python3 "$probe" $mode $a1 $port "$work/cut-$port" >"$out" 2>&1
+		netns_bg "$ns2" $how python3 "$probe" $mode $a1 $port "$work/cut-$port" >"$out" 2>&1
 		client=$!
 		wait_line "$out" ready
 		sleep 0.5 # the server's accept and the first words are done

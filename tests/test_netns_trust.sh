@@ -30,33 +30,14 @@ on() {
 	fi
 }
 
-# bg NS HOW PROG...: the same in the background, its pid in $pids (the
-# program's own: ip netns exec and ferry-run exec it).
-bg() {
-	_ns=$1 _how=$2
-	shift 2
-	if [ "$_how" = ferry ]; then
-		ip netns exec "$_ns" "$ferry_run" --transport udp --stats "$work/stats-$_how-%p.json" \
-			"$@" &
-	else
-		ip netns exec "$_ns" "$@" &
-	fi
-	pids="$pids $!"
-}
-
-wait_line() { # FILE TEXT
-	for _i in $(seq 100); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-	fail "$1 never said $2"
-}
-
 port=7720
 for how in kernel ferry; do
 	port=$((port + 10))
 	P=$port Q=$((port + 1)) R=$((port + 2))
 	out=$work/$how.txt
 	: >"$out"
-	bg "$ns1" $how python3 "$probe" server 0.0.0.0:$P 127.0.0.1:$Q >"$work/srv-$how.out" 2>&1
-	bg "$ns1" $how redis-server --port $R --save '' --appendonly no >"$work/redis-$how.out" 2>&1
+	netns_bg "$ns1" $how python3 "$probe" server 0.0.0.0:$P 127.0.0.1:$Q >"$work/srv-$how.out" 2>&1
+	netns_bg "$ns1" $how redis-server --port $R --save '' --appendonly no >"$work/redis-$how.out" 2>&1
 	wait_line "$work/srv-$how.out" listening
 	wait_line "$work/redis-$how.out" "Ready to accept"
 	{

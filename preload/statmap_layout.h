@@ -46,8 +46,9 @@ struct statmap_session {
 };
 
 /* Stream states, in enum stream_stat_state's order (preload/stream.h). */
-#define STATMAP_STREAM_STATES {"opening", "open", "half-closed", "closing", "reset", "moving"}
-#define STATMAP_NSTREAM_STATES 6
+#define STATMAP_STREAM_STATES \
+	{"opening", "open", "half-closed", "closing", "reset", "moving", "queued"}
+#define STATMAP_NSTREAM_STATES 7
 
 struct statmap_stream {
 	uint32_t sid;

@@ -486,14 +486,18 @@ unsigned stream_count(void)
 
 static enum stream_stat_state stream_stat_state(const struct stream *s)
 {
+	/* stream_close shuts both sides and marks the stream reset (nothing
+	 * more for the application): closed, not reset by the peer. */
+	if (!s->file && s->rd_shut && s->wr_shut)
+		return STREAM_STAT_CLOSING;
 	if (s->state == STREAM_FAILED || s->reset)
 		return STREAM_STAT_RESET;
 	if (s->moving || s->attaching)
 		return STREAM_STAT_MOVING;
 	if (s->state == STREAM_OPENING)
 		return STREAM_STAT_OPENING;
-	if (!s->file)
-		return STREAM_STAT_CLOSING;
+	if (!s->file) /* no file yet: in an accept queue (or kept for a taker) */
+		return STREAM_STAT_QUEUED;
 	if (s->rx_fin || s->rd_shut || s->wr_shut)
 		return STREAM_STAT_HALF_CLOSED;
 	return STREAM_STAT_OPEN;

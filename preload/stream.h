@@ -247,6 +247,7 @@ enum stream_stat_state {
 	STREAM_STAT_CLOSING,     /* the application closed it; the peer's side lingers */
 	STREAM_STAT_RESET,
 	STREAM_STAT_MOVING,      /* on its way to another process */
+	STREAM_STAT_QUEUED,      /* opened, not accepted yet */
 };
 struct stream_stat {
 	uint32_t sid;

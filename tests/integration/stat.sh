@@ -20,13 +20,7 @@ server=$last_pid
 wait_listen "$port"
 bgf hold "$hold" "$port" "$conns"
 holder=$last_pid
-i=0
-until grep -q '^ready' "$work/hold.log"; do
-	i=$((i + 1))
-	[ $i -lt 200 ] || fail "the held connections never got a reply"
-	kill -0 "$holder" 2>/dev/null || fail "connhold died: $(tail -2 "$work/hold.log")"
-	sleep 0.05
-done
+wait_line hold ready "$holder"
 
 "$stat" >"$work/view.txt" || fail "ferry-stat failed"
 cat "$work/view.txt"
@@ -84,12 +78,7 @@ idle=$last_pid
 wait_listen "$lport"
 bgf opens python3 "$work/opens.py" "$lport" 4
 opener=$last_pid
-i=0
-until grep -q '^connected' "$work/opens.log"; do
-	i=$((i + 1))
-	[ $i -lt 200 ] || fail "the opens never connected: $(tail -2 "$work/opens.log")"
-	sleep 0.05
-done
+wait_line opens connected "$opener"
 "$stat" -p "$idle" >"$work/queue.txt" || fail "ferry-stat -p $idle failed"
 cat "$work/queue.txt"
 queued=$(sed -n "s/^  127\.0\.0\.1:$lport  *\([0-9][0-9]*\) .*/\1/p" "$work/queue.txt")

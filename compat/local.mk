@@ -17,3 +17,8 @@ ferry_doctor_SOURCES += compat/doctor_noverbs.c
 endif
 EXTRA_DIST += compat/doctor_verbs.c compat/doctor_noverbs.c
 ferry_doctor_LDADD = libferry_core.la
+# ferry-stat: the ferry processes of this host, live (preload/statmap_layout.h).
+bin_PROGRAMS += ferry-stat
+ferry_stat_SOURCES = compat/stat.c compat/stat_read.c compat/stat_read.h \
+	compat/stat_show.c compat/stat_show.h preload/statmap_layout.h
+ferry_stat_LDADD = libferry_core.la

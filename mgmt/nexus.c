@@ -16,7 +16,8 @@
 
 struct nexus {
 	struct ferry_config cfg;
-	struct ferry_stats stats;
+	struct ferry_stats own_stats;
+	struct ferry_stats *stats; /* own_stats, or the caller's */
 	struct rpc *rpc;
 	struct mgmt *mgmt;
 	char transport[16];
@@ -87,6 +88,12 @@ static void peers_start(struct nexus *nx)
 
 struct nexus *nexus_create(const struct ferry_config *cfg, int *err, char *msg, size_t msglen)
 {
+	return nexus_create_counting(cfg, NULL, err, msg, msglen);
+}
+
+struct nexus *nexus_create_counting(const struct ferry_config *cfg, struct ferry_stats *stats,
+				    int *err, char *msg, size_t msglen)
+{
 	struct nexus *nx = calloc(1, sizeof(*nx));
 	if (!nx) {
 		*err = -ENOMEM;
@@ -94,16 +101,17 @@ struct nexus *nexus_create(const struct ferry_config *cfg, int *err, char *msg, 
 		return NULL;
 	}
 	nx->cfg = *cfg;
+	nx->stats = stats ? stats : &nx->own_stats;
 	ferry_log_init(nx->cfg.log_level, nx->cfg.log_file);
-	struct nic *nic = nic_open(&nx->cfg, &nx->stats, err, msg, msglen);
+	struct nic *nic = nic_open(&nx->cfg, nx->stats, err, msg, msglen);
 	if (!nic)
 		goto fail;
 	snprintf(nx->transport, sizeof(nx->transport), "%s", nic->name);
 	/* rpc_create owns the nic from here, on failure too. */
-	nx->rpc = rpc_create(nic, &nx->cfg, &nx->stats, err, msg, msglen);
+	nx->rpc = rpc_create(nic, &nx->cfg, nx->stats, err, msg, msglen);
 	if (!nx->rpc)
 		goto fail;
-	nx->mgmt = mgmt_create(&nx->cfg, &nx->stats, err, msg, msglen);
+	nx->mgmt = mgmt_create(&nx->cfg, nx->stats, err, msg, msglen);
 	if (!nx->mgmt)
 		goto fail;
 	if (nx->cfg.peers[0])
@@ -137,7 +145,7 @@ struct mgmt *nexus_mgmt(struct nexus *nx)
 
 struct ferry_stats *nexus_stats(struct nexus *nx)
 {
-	return &nx->stats;
+	return nx->stats;
 }
 
 const struct ferry_config *nexus_config(const struct nexus *nx)

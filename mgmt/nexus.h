@@ -17,6 +17,11 @@ struct nexus;
 
 /* cfg is copied. NULL with *err and a message (what to change) in msg. */
 struct nexus *nexus_create(const struct ferry_config *cfg, int *err, char *msg, size_t msglen);
+/* The same, counting into stats (which must outlive the nexus) instead of
+ * counters of its own: the interposer's live in shared memory, where
+ * ferry-stat reads them (NULL: its own). */
+struct nexus *nexus_create_counting(const struct ferry_config *cfg, struct ferry_stats *stats,
+				    int *err, char *msg, size_t msglen);
 void nexus_destroy(struct nexus *nx);
 
 struct rpc *nexus_rpc(struct nexus *nx);

@@ -16,6 +16,7 @@
 #include "preload/lshare.h"
 #include "preload/progress.h"
 #include "preload/reentry.h"
+#include "preload/statmap.h"
 #include "preload/stream.h"
 #include "transport/clock.h"
 #include "transport/log.h"
@@ -128,6 +129,7 @@ static void ferry_atexit(void)
 	}
 	if (ferry_dump_at_exit && ferry_state() != FERRY_FORKED)
 		ferry_stats_dump();
+	statmap_close();
 }
 
 static void ferry_dump_signal(int sig)
@@ -198,8 +200,11 @@ static void ferry_start_locked(void)
 	}
 	char msg[512] = "";
 	int nerr = 0;
-	struct nexus *nx = nexus_create(&ferry.cfg, &nerr, msg, sizeof(msg));
+	/* Counted where ferry-stat reads them, when that can be had. */
+	struct ferry_stats *shared = statmap_open();
+	struct nexus *nx = nexus_create_counting(&ferry.cfg, shared, &nerr, msg, sizeof(msg));
 	if (!nx) {
+		statmap_close();
 		log_warn("ferry cannot start (%s); sockets use the kernel", msg);
 		ferry.unavailable = true;
 		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
@@ -209,6 +214,7 @@ static void ferry_start_locked(void)
 	ferry.rpc = nexus_rpc(nx);
 	ferry.mgmt = nexus_mgmt(nx);
 	ferry.transport = nexus_transport(nx);
+	statmap_set_transport(ferry.transport);
 	__atomic_store_n(&ferry.stats, nexus_stats(nx), __ATOMIC_RELEASE);
 	rpc_lock(ferry.rpc);
 	rc = stream_init(ferry.rpc, ffile_notify);
@@ -224,6 +230,7 @@ static void ferry_start_locked(void)
 		ferry.unavailable = true;
 		__atomic_store_n(&ferry.stats, NULL, __ATOMIC_RELEASE);
 		nexus_destroy(nx);
+		statmap_close();
 		ferry.nx = NULL;
 		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
 		return;

@@ -29,6 +29,7 @@
 #include "preload/progress.h"
 #include "preload/reentry.h"
 #include "preload/sock.h"
+#include "preload/statmap.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/rpc.h"
@@ -127,6 +128,7 @@ FERRY_EXPORT pid_t fork(void)
 	/* The child: the endpoint lock stays taken forever (nothing may use
 	 * the endpoint here), and this thread is the only one. */
 	handover_fork_child_begin();
+	statmap_fork_child();
 	passfd_fork_child();
 	lshare_fork_child_begin();
 	fdtable_each(&fdtab, fork_kill_file, NULL);

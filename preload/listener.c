@@ -184,3 +184,22 @@ void listener_forget_all(void)
 		free(l);
 	}
 }
+
+size_t listener_stat_fill(struct listener_stat *out, size_t cap)
+{
+	size_t n = 0;
+	for (const struct listener *l = listeners; l; l = l->next, n++) {
+		if (n >= cap)
+			continue;
+		unsigned offers = 0;
+		for (const struct listener_offer *o = l->offers; o; o = o->next)
+			offers++;
+		out[n] = (struct listener_stat){.queued = l->queued,
+						.offers = offers,
+						.backlog = l->backlog,
+						.shared = l->shared,
+						.file = l->file};
+		memcpy(&out[n].addr, &l->addr, l->addr_len);
+	}
+	return n;
+}

@@ -57,4 +57,16 @@ int listener_offer_add(struct listener *l, const struct mgmt_offer *o);
 /* Takes the oldest offer into *out; false when none. */
 bool listener_offer_pop(struct listener *l, struct mgmt_offer *out);
 
+/* What ferry-stat shows of a listener. */
+struct listener_stat {
+	struct sockaddr_storage addr;
+	int queued;      /* opens waiting for accept */
+	unsigned offers; /* connections other holders offered, waiting too */
+	int backlog;
+	bool shared;     /* other processes may hold it (fork, SCM_RIGHTS) */
+	struct ffile *file;
+};
+/* Describes up to cap listeners into out; returns how many there are. */
+size_t listener_stat_fill(struct listener_stat *out, size_t cap);
+
 #endif

@@ -32,6 +32,7 @@ libferry_preload_la_SOURCES += preload/lshare.c preload/lshare.h
 libferry_preload_la_SOURCES += preload/handover.c preload/handover.h
 libferry_preload_la_SOURCES += preload/inherit.c preload/inherit.h preload/passfd.c preload/passfd.h
 libferry_preload_la_SOURCES += preload/stream_end.c preload/stream_timeout.c
+libferry_preload_la_SOURCES += preload/statmap.c preload/statmap.h preload/statmap_layout.h
 # The interposer's settings; also compiled into ferry-doctor and ferry-bench,
 # whose single check of FERRY_* names must know the interposer's too.
 libferry_preload_la_SOURCES += preload/config.c preload/config.h

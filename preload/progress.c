@@ -14,6 +14,7 @@
 #include "preload/ferry.h"
 #include "preload/reentry.h"
 #include "preload/sock.h"
+#include "preload/statmap.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
@@ -93,7 +94,7 @@ void progress_request_dump(void)
  * around: the nic's wake-ups go to it, not to this thread. */
 #define PROGRESS_APP_IDLE_NS (20ull * 1000000ull)
 
-static char pg_efd_tag, pg_notify_tag;
+static char pg_efd_tag, pg_notify_tag, pg_stat_tag;
 
 /* The background thread's pass: nobody's reply is waiting to go with the
  * answers, so they are sent at once. */
@@ -118,6 +119,10 @@ static void *progress_main(void *arg)
 	int ep = c->epoll_create1(EPOLL_CLOEXEC);
 	struct epoll_event eev = {.events = EPOLLIN, .data.ptr = &pg_efd_tag};
 	c->epoll_ctl(ep, EPOLL_CTL_ADD, pg_efd, &eev);
+	/* ferry-stat's wake-up: the tables are written only when asked for. */
+	struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &pg_stat_tag};
+	if (statmap_wake_fd() >= 0)
+		c->epoll_ctl(ep, EPOLL_CTL_ADD, statmap_wake_fd(), &sev);
 	bool watching = false;
 	for (;;) {
 		thread_pause_point(&pg_pause);
@@ -175,8 +180,8 @@ static void *progress_main(void *arg)
 			if (stream_tx_deferred())
 				timeout = 0; /* a write slipped in before the flag */
 		}
-		struct epoll_event ev[2];
-		int k = c->epoll_wait(ep, ev, 2, timeout);
+		struct epoll_event ev[3];
+		int k = c->epoll_wait(ep, ev, 3, timeout);
 		__atomic_store_n(&pg_long_sleep, 0, __ATOMIC_RELAXED);
 		bool notified = false;
 		for (int i = 0; i < k; i++) {
@@ -184,6 +189,8 @@ static void *progress_main(void *arg)
 				uint64_t v;
 				ssize_t r = c->read(pg_efd, &v, sizeof(v));
 				(void)r;
+			} else if (ev[i].data.ptr == &pg_stat_tag) {
+				statmap_serve();
 			} else {
 				notified = true;
 			}

@@ -490,6 +490,49 @@ unsigned stream_count(void)
 	return streams.used - streams.nfree;
 }
 
+static enum stream_stat_state stream_stat_state(const struct stream *s)
+{
+	/* stream_close shuts both sides and marks the stream reset (nothing
+	 * more for the application): closed, not reset by the peer. */
+	if (!s->file && s->rd_shut && s->wr_shut)
+		return STREAM_STAT_CLOSING;
+	if (s->state == STREAM_FAILED || s->reset)
+		return STREAM_STAT_RESET;
+	if (s->moving || s->attaching)
+		return STREAM_STAT_MOVING;
+	if (s->state == STREAM_OPENING)
+		return STREAM_STAT_OPENING;
+	if (!s->file) /* no file yet: in an accept queue (or kept for a taker) */
+		return STREAM_STAT_QUEUED;
+	if (s->rx_fin || s->rd_shut || s->wr_shut)
+		return STREAM_STAT_HALF_CLOSED;
+	return STREAM_STAT_OPEN;
+}
+
+size_t stream_stat_fill(struct stream_stat *out, size_t cap)
+{
+	size_t n = 0;
+	for (uint32_t i = 0; i < streams.used; i++) {
+		const struct stream *s = streams.slots[i];
+		if (!s)
+			continue;
+		if (n < cap)
+			out[n] = (struct stream_stat){
+				.sid = s->sid,
+				.session = s->session,
+				.state = stream_stat_state(s),
+				.local = s->local,
+				.peer = s->peer,
+				.bytes_tx = s->tx_seq,
+				.bytes_rx = s->rx.tail,
+				.unread = rxbuf_avail(&s->rx),
+				.unacked = stream_tx_queued(s),
+			};
+		n++;
+	}
+	return n;
+}
+
 void stream_orphan(struct stream *s)
 {
 	s->file = NULL;

@@ -260,6 +260,30 @@ void stream_set_timeouts(struct stream *s, uint64_t ka_idle_ns, uint64_t ka_wait
  * (the progress thread's idle wake-ups; any thread, no lock). */
 bool stream_timed_pending(void);
 
+/* What ferry-stat shows of a stream. The order is ferry-stat's too
+ * (preload/statmap_layout.h names them). */
+enum stream_stat_state {
+	STREAM_STAT_OPENING,
+	STREAM_STAT_OPEN,
+	STREAM_STAT_HALF_CLOSED, /* one direction shut */
+	STREAM_STAT_CLOSING,     /* the application closed it; the peer's side lingers */
+	STREAM_STAT_RESET,
+	STREAM_STAT_MOVING,      /* on its way to another process */
+	STREAM_STAT_QUEUED,      /* opened, not accepted yet */
+};
+struct stream_stat {
+	uint32_t sid;
+	int session;
+	enum stream_stat_state state;
+	struct sockaddr_storage local, peer;
+	uint64_t bytes_tx, bytes_rx;
+	uint64_t unread;  /* received, not read by the application */
+	uint64_t unacked; /* sent, not yet consumed by the peer */
+};
+/* Describes up to cap of this process's streams into out; returns how many
+ * there are (more than cap: the rest were left out). */
+size_t stream_stat_fill(struct stream_stat *out, size_t cap);
+
 /* Sends FIN on every open stream (at exit, so peers see EOF at once). */
 void stream_fin_all(struct rpc *rpc);
 

@@ -44,7 +44,7 @@ dpkg --root="$root" --force-depends -i "$pkg" >"$deb/dpkg.log" 2>&1 ||
 	{ cat "$deb/dpkg.log"; die "dpkg --root -i failed"; }
 triplet=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 lib=/usr/lib/$triplet/ferry/libferry.so
-for f in /usr/bin/ferry-run /usr/bin/ferry-doctor "$lib" /usr/share/man/man7/ferry.7.gz \
+for f in /usr/bin/ferry-run /usr/bin/ferry-doctor /usr/bin/ferry-stat "$lib" /usr/share/man/man7/ferry.7.gz \
 	/usr/share/man/man1/ferry-run.1.gz /usr/share/man/man1/ferry-doctor.1.gz \
 	/usr/share/man/man1/ferry-stat.1.gz; do
 	[ -e "$root$f" ] || die "$f is not in the package"
@@ -52,6 +52,19 @@ done
 find "$root" -name '*.la' | grep . && die "the package holds a libtool archive"
 said=$("$root/usr/bin/ferry-run" --print-lib)
 [ "$said" = "$(printf '%s\tinstalled' "$lib")" ] || die "the packaged ferry-run --print-lib says '$said'"
+# The packaged ferry-stat sees a process the packaged library runs.
+"$root/usr/bin/ferry-run" --lib "$root$lib" python3 -c 'import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1); print(s.getsockname()[1], flush=True)
+time.sleep(30)' >"$deb/listen.out" 2>&1 &
+listener=$!
+i=0
+until [ -s "$deb/listen.out" ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
+"$root/usr/bin/ferry-stat" -p "$listener" >"$deb/stat.out" 2>&1
+rc=$?
+kill "$listener" 2>/dev/null
+wait "$listener" 2>/dev/null
+[ $rc -eq 0 ] && grep -q "127.0.0.1:$(head -1 "$deb/listen.out") " "$deb/stat.out" ||
+	{ cat "$deb/listen.out" "$deb/stat.out"; die "the packaged ferry-stat does not show a ferry listener"; }
 [ "$(MANPATH=$root/usr/share/man man -w ferry)" = "$root/usr/share/man/man7/ferry.7.gz" ] ||
 	die "man ferry does not find ferry(7)"
 for page in "$root"/usr/share/man/man*/ferry*; do

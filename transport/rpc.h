@@ -138,6 +138,24 @@ void rpc_session_set_origin(struct rpc *rpc, int session, const struct sockaddr 
 			    socklen_t len);
 socklen_t rpc_session_origin(const struct rpc *rpc, int session, struct sockaddr_storage *out);
 
+/* What ferry-stat shows of a session. */
+struct rpc_session_info {
+	int num;
+	uint16_t peer_num;
+	bool up;
+	uint64_t rtt_ns;   /* the last round-trip sample, 0 before one */
+	uint64_t rate_bps; /* bytes per second Timely allows (the link's when
+			      uncongested or without congestion control) */
+	uint32_t credits_used, credits_max;
+	uint32_t busy_slots, backlog; /* requests in flight, waiting for a slot */
+	uint64_t retransmits, drops;
+	struct sockaddr_storage origin; /* rpc_session_origin; origin_len 0: unknown */
+	socklen_t origin_len;
+};
+/* The first session numbered *cursor or higher into out, *cursor past it;
+ * false when there is none. Start with *cursor 0. */
+bool rpc_session_next(const struct rpc *rpc, uint32_t *cursor, struct rpc_session_info *out);
+
 void rpc_local_route(const struct rpc *rpc, struct nic_route *out);
 struct nic *rpc_nic(const struct rpc *rpc);
 /* Payload bytes per packet this endpoint can send and receive. */

@@ -191,10 +191,13 @@ static void on_progress(struct rpc *rpc, struct session *s, struct client_slot *
 	cs->rolled_back = false;
 	cs->probing = false;
 	cs->timeouts = 0;
-	if (rpc->cc && idx >= cs->rtt_from) {
+	if (idx >= cs->rtt_from) {
 		uint64_t sent = cs->tx_ns[idx % s->credits_max];
-		if (rpc->now_ns > sent)
-			timely_update(&s->timely, (double)(rpc->now_ns - sent) / 1000.0, rpc->now_ns);
+		if (rpc->now_ns > sent) {
+			s->rtt_ns = rpc->now_ns - sent;
+			if (rpc->cc)
+				timely_update(&s->timely, (double)s->rtt_ns / 1000.0, rpc->now_ns);
+		}
 	}
 }
 
@@ -203,7 +206,7 @@ void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info 
 {
 	struct client_slot *cs = &s->cslots[pi->req_num % s->n_client_slots];
 	if (!cs->busy || cs->req_num != pi->req_num) {
-		stats_drop(rpc->st, number);
+		session_drop(rpc, s, number);
 		return;
 	}
 	if (pi->type == PKT_CR && (pi->flags & PKT_FLAG_NACK)) {
@@ -216,13 +219,13 @@ void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info 
 	uint32_t idx;
 	if (pi->type == PKT_CR) {
 		if (pi->pkt_num + 1u >= cs->req_pkts || pi->msg_size != cs->req->data_size) {
-			stats_drop(rpc->st, number);
+			session_drop(rpc, s, number);
 			return;
 		}
 		idx = pi->pkt_num;
 	} else {
 		if (pi->pkt_num > 0 && (cs->resp_pkts == 0 || pi->msg_size != cs->resp_size)) {
-			stats_drop(rpc->st, number);
+			session_drop(rpc, s, number);
 			return;
 		}
 		idx = cs->req_pkts - 1 + pi->pkt_num;
@@ -238,7 +241,7 @@ void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info 
 			client_go_back(rpc, s, cs);
 			client_push(rpc, s, cs);
 		}
-		stats_drop(rpc->st, number);
+		session_drop(rpc, s, number);
 		return;
 	}
 	if (pi->type == PKT_RESP) {
@@ -247,7 +250,7 @@ void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info 
 			if (m > 1) {
 				cs->resp = rpc_alloc_msg(rpc, pi->msg_size);
 				if (!cs->resp) {
-					stats_drop(rpc->st, nomem);
+					session_drop(rpc, s, nomem);
 					return;
 				}
 			}

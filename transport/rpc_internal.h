@@ -133,7 +133,18 @@ struct session {
 	socklen_t origin_len;
 	struct session *active_next, *active_prev; /* on rpc->active while busy */
 	bool on_active;
+	/* For rpc_session_info (ferry-stat): plain stores under the lock, no
+	 * clock read of their own. */
+	uint64_t rtt_ns; /* the last round-trip sample, 0 before one */
+	uint64_t retransmits, drops;
 };
+
+/* A drop charged to a session as well as to the process's counters. */
+#define session_drop(rpc, s, reason)             \
+	do {                                     \
+		stats_drop((rpc)->st, reason);   \
+		(s)->drops++;                    \
+	} while (0)
 
 struct rpc {
 	pthread_mutex_t lock;

@@ -30,7 +30,7 @@ static void run_handler(struct rpc *rpc, struct session *s, struct server_slot *
 	if (!fn) {
 		ferry_log_once(FERRY_LOG_WARN, "request of type %u with no handler dropped",
 			       ss->req_type);
-		stats_drop(rpc->st, type);
+		session_drop(rpc, s, type);
 		ss->state = SRV_EMPTY;
 		return;
 	}
@@ -77,7 +77,7 @@ static void receive_in_order(struct rpc *rpc, struct session *s, struct server_s
 		ss->req = rpc_alloc_msg(rpc, ss->req_size);
 		if (!ss->req) {
 			/* The requester will send it again; maybe memory is back then. */
-			stats_drop(rpc->st, nomem);
+			session_drop(rpc, s, nomem);
 			ss->state = SRV_EMPTY;
 			return;
 		}
@@ -98,7 +98,7 @@ void server_on_request(struct rpc *rpc, struct session *s, const struct pkt_info
 		if (ss->state == SRV_IN_HANDLER) {
 			/* The requester reuses a slot only after the response: this
 			 * cannot be a well-behaved peer. */
-			stats_drop(rpc->st, number);
+			session_drop(rpc, s, number);
 			return;
 		}
 		if (pi->pkt_num != 0) {
@@ -106,15 +106,15 @@ void server_on_request(struct rpc *rpc, struct session *s, const struct pkt_info
 			struct server_slot probe = {.req_type = pi->req_type, .req_size = pi->msg_size,
 						    .req_num = pi->req_num};
 			send_cr(rpc, s, &probe, 0, PKT_FLAG_NACK);
-			stats_drop(rpc->st, number);
+			session_drop(rpc, s, number);
 			return;
 		}
 		start_request(rpc, s, ss, pi);
 	} else if (pi->req_num < ss->req_num) {
-		stats_drop(rpc->st, number); /* stale duplicate of a finished request */
+		session_drop(rpc, s, number); /* stale duplicate of a finished request */
 		return;
 	} else if (pi->msg_size != ss->req_size || pi->req_type != ss->req_type) {
-		stats_drop(rpc->st, size);
+		session_drop(rpc, s, size);
 		return;
 	}
 
@@ -130,7 +130,7 @@ void server_on_request(struct rpc *rpc, struct session *s, const struct pkt_info
 				ss->nacked_at = ss->rx_pkts;
 				send_cr(rpc, s, ss, ss->rx_pkts, PKT_FLAG_NACK);
 			}
-			stats_drop(rpc->st, number);
+			session_drop(rpc, s, number);
 		}
 		break;
 	case SRV_IN_HANDLER:
@@ -144,6 +144,7 @@ void server_on_request(struct rpc *rpc, struct session *s, const struct pkt_info
 			/* Executed already: answer from the saved response. */
 			ss->resp_retransmitted = true;
 			stats_inc(rpc->st->retransmits);
+			s->retransmits++;
 			send_resp_pkt(rpc, s, ss, 0);
 		}
 		break;
@@ -157,7 +158,7 @@ void server_on_rfr(struct rpc *rpc, struct session *s, const struct pkt_info *pi
 	struct server_slot *ss = &s->sslots[pi->req_num % RPC_SERVER_SLOTS];
 	if (ss->state != SRV_RESPONDED || ss->req_num != pi->req_num || pi->pkt_num == 0 ||
 	    pi->pkt_num >= ss->resp_pkts || pi->msg_size != ss->resp->data_size) {
-		stats_drop(rpc->st, number);
+		session_drop(rpc, s, number);
 		return;
 	}
 	send_resp_pkt(rpc, s, ss, pi->pkt_num);
@@ -201,7 +202,7 @@ void rpc_respond(struct rpc *rpc, struct rpc_req *req)
 	if (!ss->resp && !rpc_resp_msg(rpc, req, 0)) {
 		/* No memory even for an empty response: the requester retries
 		 * and the request runs again once (at most once per arrival). */
-		stats_drop(rpc->st, nomem);
+		session_drop(rpc, s, nomem);
 		ss->state = SRV_EMPTY;
 		session_put(rpc, s);
 		return;

@@ -65,9 +65,10 @@ void tx_client_packet(struct rpc *rpc, struct session *s, struct client_slot *cs
 {
 	cs->tx_ns[idx % s->credits_max] = rpc->now_ns;
 	cs->tx_batch = rpc->tx_batch;
-	if (idx < cs->high_tx)
+	if (idx < cs->high_tx) {
 		stats_inc(rpc->st->retransmits);
-	else
+		s->retransmits++;
+	} else
 		cs->high_tx = idx + 1;
 	/* The retransmission timer runs from when the oldest unanswered packet
 	 * really left, not from when pacing queued it. */

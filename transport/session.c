@@ -222,6 +222,34 @@ socklen_t rpc_session_origin(const struct rpc *rpc, int num, struct sockaddr_sto
 	return s->origin_len;
 }
 
+bool rpc_session_next(const struct rpc *rpc, uint32_t *cursor, struct rpc_session_info *out)
+{
+	for (uint32_t i = *cursor; i < rpc->n_sessions; i++) {
+		const struct session *s = rpc->sessions[i];
+		if (!s)
+			continue;
+		*out = (struct rpc_session_info){
+			.num = s->num,
+			.peer_num = s->peer_num,
+			.up = s->state == SESSION_UP,
+			.rtt_ns = s->rtt_ns,
+			.rate_bps = (uint64_t)timely_rate(&s->timely),
+			.credits_used = s->credits_max - s->credits,
+			.credits_max = s->credits_max,
+			.busy_slots = s->busy_slots,
+			.backlog = s->backlog_len,
+			.retransmits = s->retransmits,
+			.drops = s->drops,
+			.origin_len = s->origin_len,
+		};
+		memcpy(&out->origin, &s->origin, s->origin_len);
+		*cursor = i + 1;
+		return true;
+	}
+	*cursor = rpc->n_sessions;
+	return false;
+}
+
 uint64_t rpc_session_rx_ns(const struct rpc *rpc, int num)
 {
 	struct session *s = session_get((struct rpc *)rpc, num);

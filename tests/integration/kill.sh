@@ -25,13 +25,7 @@ bgf bench redis-benchmark -p "$port" -c 20 -n 100000000 -t set,get -q
 bench=$last_pid
 bgf hold "$hold" "$port" "$conns"
 holder=$last_pid
-i=0
-until grep -q '^ready' "$work/hold.log"; do
-	i=$((i + 1))
-	[ $i -lt 200 ] || fail "the held connections never got a reply"
-	kill -0 "$holder" 2>/dev/null || fail "connhold died: $(tail -2 "$work/hold.log")"
-	sleep 0.05
-done
+wait_line hold ready "$holder"
 sleep 0.5 # let the load run
 kill -0 "$bench" 2>/dev/null || fail "redis-benchmark is not running: $(tail -2 "$work/bench.log")"
 

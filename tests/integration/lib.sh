@@ -185,6 +185,18 @@ wait_listen() {
 	fail "nothing listens on port $1"
 }
 
+# Waits (10 s) until $work/NAME.log has a line starting with WORD, while
+# PID lives (the ready line of a client started with bg or bgf).
+wait_line() { # name word pid
+	_i=0
+	until grep -q "^$2" "$work/$1.log"; do
+		_i=$((_i + 1))
+		[ $_i -lt 200 ] || fail "$1 never said '$2': $(tail -2 "$work/$1.log")"
+		kill -0 "$3" 2>/dev/null || fail "$1 died: $(tail -2 "$work/$1.log")"
+		sleep 0.05
+	done
+}
+
 # Waits for a pid to exit by itself (bounded); returns its status.
 wait_exit() { # pid seconds
 	_i=0

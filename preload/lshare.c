@@ -41,31 +41,37 @@ static void lshare_take_up(struct ffile *f, struct fsock *sk)
 	int rdv = sk->lis_rdv;
 	sk->lis_rdv = -1;
 	__atomic_store_n(&sk->lis_inherited, false, __ATOMIC_SEQ_CST);
+	/* The listener first, then the rendezvous: a client waiting there (it
+	 * came while no holder read) is answered at once, and its OPEN must
+	 * find the listener, not a refusal. */
+	ferry_lock();
+	struct listener *l = listener_add((struct sockaddr *)&a, alen, sk->lis_backlog, f);
+	if (l) {
+		l->v6only = flags & MGMT_LISTEN_V6ONLY;
+		l->shared = true;
+	}
+	ferry_unlock();
+	if (!l)
+		return;
 	ferry_internal_enter();
 	int rc = mgmt_listen_fd(ferry.mgmt, ferry.rpc, (struct sockaddr *)&a, alen, rdv, flags);
 	int num = rc == 0 ? mgmt_listen_fd_number(ferry.mgmt, (struct sockaddr *)&a, alen) : -1;
 	ferry_internal_leave();
+	ferry_lock();
+	if (rc < 0) {
+		listener_remove(ferry.rpc, l, NULL);
+	} else {
+		sk->lis = l;
+		sk->lis_rdv = num;
+		sk->lis_shared = true;
+	}
+	ferry_unlock();
 	if (rc < 0) {
 		ferry_log(FERRY_LOG_WARN,
 			  "an inherited listener is not accelerated in this process: its rendezvous "
 			  "socket %s",
 			  strerror(-rc));
 		stats_inc(ferry_stats()->listeners_plain);
-		return;
-	}
-	ferry_lock();
-	sk->lis = listener_add((struct sockaddr *)&a, alen, sk->lis_backlog, f);
-	if (sk->lis) {
-		sk->lis->v6only = flags & MGMT_LISTEN_V6ONLY;
-		sk->lis->shared = true;
-		sk->lis_rdv = num;
-		sk->lis_shared = true;
-	}
-	ferry_unlock();
-	if (!sk->lis) {
-		ferry_internal_enter();
-		mgmt_unlisten(ferry.mgmt, (struct sockaddr *)&a, alen);
-		ferry_internal_leave();
 		return;
 	}
 	stats_inc(ferry_stats()->listeners);

@@ -32,9 +32,10 @@ pids="$pids $postmaster"
 wait_listen "$port"
 # Listening is not ready: a client that comes while the startup process
 # still runs is told "the database system is starting up", kernel or not.
-# The probe goes over ferry too, so the server's counters stay all ferry.
+# The probe asks over the unix socket, so no TCP connection of its own
+# (one racing the listener's rendezvous may rightly fall back) counts.
 i=0
-until as_pg "'$ferry_run' --transport $transport pg_isready -q -h 127.0.0.1 -p $port -U postgres"; do
+until as_pg "pg_isready -q -h '$work' -p $port -U postgres"; do
 	i=$((i + 1))
 	[ $i -lt 100 ] || fail "postgres not ready after 20 s: $(tail -3 "$work/server.log")"
 	sleep 0.2

@@ -180,6 +180,13 @@ struct rpc {
 	uint64_t next_timer_ns; /* next retransmission scan */
 };
 
+/* A retransmission, charged to the session as well as to the process. */
+static inline void session_retransmit(struct rpc *rpc, struct session *s)
+{
+	stats_inc(rpc->st->retransmits);
+	s->retransmits++;
+}
+
 /* rpc_tx.c */
 void tx_packet(struct rpc *rpc, struct session *s, const void *hdr, uint32_t hdr_lkey,
 	       const void *data, uint32_t data_len, uint32_t data_lkey);

@@ -143,8 +143,7 @@ void server_on_request(struct rpc *rpc, struct session *s, const struct pkt_info
 		} else {
 			/* Executed already: answer from the saved response. */
 			ss->resp_retransmitted = true;
-			stats_inc(rpc->st->retransmits);
-			s->retransmits++;
+			session_retransmit(rpc, s);
 			send_resp_pkt(rpc, s, ss, 0);
 		}
 		break;

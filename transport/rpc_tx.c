@@ -65,10 +65,9 @@ void tx_client_packet(struct rpc *rpc, struct session *s, struct client_slot *cs
 {
 	cs->tx_ns[idx % s->credits_max] = rpc->now_ns;
 	cs->tx_batch = rpc->tx_batch;
-	if (idx < cs->high_tx) {
-		stats_inc(rpc->st->retransmits);
-		s->retransmits++;
-	} else
+	if (idx < cs->high_tx)
+		session_retransmit(rpc, s);
+	else
 		cs->high_tx = idx + 1;
 	/* The retransmission timer runs from when the oldest unanswered packet
 	 * really left, not from when pacing queued it. */

@@ -202,11 +202,15 @@ static void ho_serve(int cfd)
 	/* The stream stays alive meanwhile: its file is pinned here, or it is
 	 * an orphan, which only this thread closes. A file whose last number
 	 * was just closed cannot be pinned: its release (which makes the
-	 * stream an orphan) waits for the endpoint lock, so look again. */
+	 * stream an orphan) is under way and needs the endpoint lock, so look
+	 * again after a pause that lets it run. No count of tries bounds that
+	 * wait: a preempted releaser took more than 1,000 yields (postgres
+	 * under load), and the child's connection read as reset. */
 	struct stream *s;
 	struct ffile *f;
 	int session;
-	for (unsigned tries = 0;; tries++) {
+	uint64_t deadline = clock_now_ns() + HO_MOVE_NS;
+	for (;;) {
 		ferry_lock();
 		s = stream_find(req.sid, req.peer_sid, req.token);
 		if (s && (s->state != STREAM_OPEN || s->reset))
@@ -217,12 +221,13 @@ static void ho_serve(int cfd)
 		ferry_unlock();
 		if (pinned)
 			break;
-		if (tries == 1000) {
+		if (clock_now_ns() > deadline) {
 			s = NULL;
 			f = NULL;
 			break;
 		}
-		sched_yield();
+		struct timespec ts = {0, 50000};
+		nanosleep(&ts, NULL);
 	}
 	int rc = s ? 0 : -ECONNRESET;
 	if (s) {

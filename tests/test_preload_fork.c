@@ -198,6 +198,62 @@ Test(fork, a_stream_accepted_then_forked_is_served_by_the_child, .timeout = 30)
 	close(lis);
 }
 
+/* The child asks for the stream while the parent's close of its copy is
+ * under way: the file's last reference is gone, its release (which keeps
+ * the stream for the child) not yet run. Held here for 200 ms, as a
+ * preempted postmaster under load held it: the child must still be handed
+ * the stream, not told it is reset. */
+Test(fork, a_stream_asked_for_while_the_parent_closes_its_copy_is_handed_over, .timeout = 30)
+{
+	env_udp();
+	signal(SIGPIPE, SIG_IGN);
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t client = fork();
+	cr_assert_geq(client, 0);
+	if (client == 0) {
+		alarm(10);
+		close(lis);
+		int cli = socket(AF_INET, SOCK_STREAM, 0);
+		char b[2];
+		if (connect(cli, (struct sockaddr *)&a, sizeof(a)) != 0 || write(cli, "hi", 2) != 2 ||
+		    read(cli, b, 2) != 2 || memcmp(b, "ok", 2) != 0)
+			_exit(3);
+		exit(0);
+	}
+	int srv = accept(lis, NULL, NULL);
+	cr_assert_geq(srv, 0);
+	pid_t server = fork();
+	cr_assert_geq(server, 0);
+	if (server == 0) {
+		alarm(10);
+		close(lis);
+		char c, b[2];
+		if (read(go[0], &c, 1) != 1)
+			_exit(2);
+		ssize_t n = read(srv, b, 2);
+		if (n != 2 || memcmp(b, "hi", 2) != 0)
+			_exit(n < 0 && errno == ECONNRESET ? 3 : 4);
+		exit(write(srv, "ok", 2) == 2 ? 0 : 5); /* exit: "ok" goes at exit */
+	}
+	struct ffile *f = fdtable_get(&fdtab, srv);
+	cr_assert_not_null(f);
+	int refs = __atomic_exchange_n(&f->refs, 0, __ATOMIC_ACQ_REL);
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	usleep(200000);
+	__atomic_store_n(&f->refs, refs - 1, __ATOMIC_RELEASE);
+	close(srv);
+	int status;
+	cr_assert_eq(waitpid(server, &status, 0), server);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "server status %d (3: the stream read as reset)", status);
+	cr_assert_eq(waitpid(client, &status, 0), client);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "client status %d", status);
+	close(lis);
+}
+
 /* The owner is gone (SIGKILL) before the child used its copy: the child
  * reads a reset, never hangs. */
 Test(fork, a_stream_whose_owner_died_reads_as_reset_in_the_child, .timeout = 30)

@@ -21,7 +21,11 @@
 
 #include "mgmt/mgmt_internal.h"
 #include "transport/clock.h"
+#include "transport/log.h"
+#include "transport/nic.h"
+#include "transport/rpc.h"
 #include "transport/sys.h"
+#include "transport/udp_bind.h"
 
 /* Datagrams taken from one socket per wake-up, so one busy socket cannot
  * starve the rest. */
@@ -125,6 +129,41 @@ static struct listener *listener_find(struct mgmt *m, const struct mgmt_addr *a)
 	return NULL;
 }
 
+static void widen_ctl(struct mgmt *m, int *fd, int family)
+{
+	if (*fd < 0)
+		return;
+	int wide = mgmt_net_widen(*fd, family, MGMT_NET_RECVERR);
+	if (wide < 0) {
+		log_warn("mgmt: cannot listen beyond loopback (%s): peers on other hosts cannot "
+			 "reach this process",
+			 strerror(-wide));
+		return;
+	}
+	sys()->close(*fd);
+	*fd = wide;
+}
+
+void mgmt_reach(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr)
+{
+	if (m->wide || udp_addr_is_loopback((const struct sockaddr *)&addr->ss))
+		return;
+	m->wide = true;
+	widen_ctl(m, &m->ctl4, AF_INET);
+	widen_ctl(m, &m->ctl6, AF_INET6);
+	struct rpc *rpcs[2] = {rpc, m->ctl_rpc != rpc ? m->ctl_rpc : NULL};
+	for (int i = 0; i < 2; i++) {
+		if (!rpcs[i])
+			continue;
+		rpc_lock(rpcs[i]);
+		nic_widen(rpc_nic(rpcs[i]));
+		rpc_unlock(rpcs[i]);
+	}
+	log_debug("mgmt: control sockets and datapath now on the wildcard");
+	if (m->widen_fn)
+		m->widen_fn(m->widen_ctx);
+}
+
 static int cmd_listen(struct mgmt *m, struct cmd *c)
 {
 	/* Port 0 asks for a fresh port each time. A named port we already
@@ -145,6 +184,8 @@ static int cmd_listen(struct mgmt *m, struct cmd *c)
 			sys()->close(c->fd);
 		return -ENOMEM;
 	}
+	/* Handshakes to it are answered from the control sockets. */
+	mgmt_reach(m, c->rpc, &c->addr);
 	l->fd = c->fd >= 0 ? c->fd
 			   : mgmt_net_socket(mgmt_addr_family(&c->addr), &c->addr,
 					     ((c->flags & MGMT_LISTEN_REUSEPORT) ? MGMT_NET_REUSEPORT : 0) |
@@ -463,12 +504,17 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 	int rc = m->evfd < 0 ? -errno : 0;
 	if (!rc) {
 		what = "the IPv4 control socket";
-		m->ctl4 = mgmt_net_socket(AF_INET, NULL, MGMT_NET_RECVERR);
+		m->ctl4 = mgmt_net_socket(AF_INET, NULL, MGMT_NET_RECVERR | MGMT_NET_LOOPBACK);
+		if (m->ctl4 < 0) {
+			m->wide = true;
+			m->ctl4 = mgmt_net_socket(AF_INET, NULL, MGMT_NET_RECVERR);
+		}
 		rc = m->ctl4 < 0 ? m->ctl4 : 0;
 	}
 	if (!rc) {
 		/* A host without IPv6 still works for IPv4 peers. */
-		m->ctl6 = mgmt_net_socket(AF_INET6, NULL, MGMT_NET_RECVERR);
+		m->ctl6 = mgmt_net_socket(AF_INET6, NULL,
+					  MGMT_NET_RECVERR | (m->wide ? 0 : MGMT_NET_LOOPBACK));
 		if (m->ctl6 < 0)
 			m->ctl6 = -1;
 		what = "the management thread";
@@ -517,6 +563,21 @@ void mgmt_destroy(struct mgmt *m)
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
+}
+
+void mgmt_set_widen_handler(struct mgmt *m, mgmt_widen_fn fn, void *ctx)
+{
+	m->widen_ctx = ctx;
+	m->widen_fn = fn;
+}
+
+void mgmt_forked_child(struct mgmt *m)
+{
+	if (m->ctl4 >= 0)
+		sys()->close(m->ctl4);
+	if (m->ctl6 >= 0)
+		sys()->close(m->ctl6);
+	m->ctl4 = m->ctl6 = -1;
 }
 
 uint64_t mgmt_uuid(const struct mgmt *m)

@@ -132,6 +132,19 @@ typedef void (*mgmt_offer_fn)(void *ctx, const struct sockaddr *addr, socklen_t 
 			      const struct mgmt_offer *o);
 void mgmt_set_offer_handler(struct mgmt *m, mgmt_offer_fn fn, void *ctx);
 
+/*
+ * The control sockets (and, through the endpoint, the udp datapath's)
+ * start on loopback; the first listener on another address, or the first
+ * connect to one, moves them to the wildcard at the same ports (udp_bind.h).
+ * fn is then called on the management thread (it must not block): the
+ * datapath's notify fd kept its number, but sleepers registered on it
+ * must register again.
+ */
+typedef void (*mgmt_widen_fn)(void *ctx);
+void mgmt_set_widen_handler(struct mgmt *m, mgmt_widen_fn fn, void *ctx);
+/* In a fork child: closes the control sockets, which are the parent's. */
+void mgmt_forked_child(struct mgmt *m);
+
 /* Holds the management thread still at a point where it holds nothing,
  * until mgmt_release (fork, thread_pause.h). Not from the thread itself. */
 void mgmt_hold(struct mgmt *m);

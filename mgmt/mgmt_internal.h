@@ -116,6 +116,9 @@ struct mgmt {
 	struct thread_pause pause; /* fork holds the thread still (mgmt_hold) */
 	mgmt_offer_fn offer_fn;    /* set before any offer can arrive */
 	void *offer_ctx;
+	bool wide;                 /* control sockets on the wildcard (udp_bind.h) */
+	mgmt_widen_fn widen_fn;
+	void *widen_ctx;
 
 	struct listener *listeners;
 	size_t nlisteners;
@@ -135,6 +138,11 @@ struct mgmt {
  * done() is deferred to the top of the loop, where no table is being walked
  * and it may call back into mgmt. */
 void mgmt_waiter_done(struct mgmt *m, struct waiter *w, int result);
+
+/* mgmt.c: before rpc reaches or answers past loopback (addr: where to, or
+ * what a listener is bound to): moves the control sockets and rpc's
+ * datapath to the wildcard, once. */
+void mgmt_reach(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr);
 
 /* mgmt_session.c */
 void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr, bool fresh,

@@ -15,6 +15,7 @@
 
 #include "transport/clock.h"
 #include "transport/sys.h"
+#include "transport/udp_bind.h"
 
 int mgmt_addr_set(struct mgmt_addr *out, const struct sockaddr *sa, socklen_t len)
 {
@@ -100,7 +101,8 @@ void mgmt_addr_format(const struct mgmt_addr *a, char *buf, size_t cap)
 	}
 }
 
-int mgmt_net_socket(int family, const struct mgmt_addr *addr, unsigned flags)
+/* An unbound datagram socket with the MGMT_NET_* options; the fd or -errno. */
+static int net_socket(int family, bool bound_to_addr, unsigned flags)
 {
 	int fd = sys()->socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -117,20 +119,48 @@ int mgmt_net_socket(int family, const struct mgmt_addr *addr, unsigned flags)
 	/* The control socket of each family only talks to its own family;
 	 * listeners keep the kernel default so [::]:P also hears IPv4, as the
 	 * TCP listener beside it does. */
-	if (rc == 0 && family == AF_INET6 && (!addr || (flags & MGMT_NET_V6ONLY)))
+	if (rc == 0 && family == AF_INET6 && (!bound_to_addr || (flags & MGMT_NET_V6ONLY)))
 		rc = sys()->setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (rc == 0) {
+	if (rc < 0) {
+		int err = -errno;
+		sys()->close(fd);
+		return err;
+	}
+	return fd;
+}
+
+int mgmt_net_socket(int family, const struct mgmt_addr *addr, unsigned flags)
+{
+	int fd = net_socket(family, addr != NULL, flags);
+	if (fd < 0)
+		return fd;
+	int rc;
+	if (!addr && (flags & MGMT_NET_LOOPBACK)) {
+		rc = udp_bind_loopback(fd);
+	} else {
 		struct mgmt_addr any;
 		memset(&any, 0, sizeof(any));
 		any.ss.ss_family = (sa_family_t)family;
 		any.len = family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
 		const struct mgmt_addr *b = addr ? addr : &any;
-		rc = sys()->bind(fd, (const struct sockaddr *)&b->ss, b->len);
+		rc = sys()->bind(fd, (const struct sockaddr *)&b->ss, b->len) == 0 ? 0 : -errno;
 	}
 	if (rc < 0) {
-		int err = -errno;
 		sys()->close(fd);
-		return err;
+		return rc;
+	}
+	return fd;
+}
+
+int mgmt_net_widen(int old, int family, unsigned flags)
+{
+	int fd = net_socket(family, false, flags);
+	if (fd < 0)
+		return fd;
+	int rc = udp_bind_wide_beside(fd, old);
+	if (rc < 0) {
+		sys()->close(fd);
+		return rc;
 	}
 	return fd;
 }

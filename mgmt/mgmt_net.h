@@ -28,6 +28,7 @@ void mgmt_addr_format(const struct mgmt_addr *a, char *buf, size_t cap);
 #define MGMT_NET_RECVERR 1u   /* queue ICMP errors (IP_RECVERR), which an unconnected socket drops */
 #define MGMT_NET_REUSEPORT 2u /* SO_REUSEPORT: share the port, as the TCP listener beside it does */
 #define MGMT_NET_V6ONLY 4u    /* IPV6_V6ONLY, as the TCP listener beside it has */
+#define MGMT_NET_LOOPBACK 8u  /* with addr NULL: 127.0.0.1 or ::1, not the wildcard */
 
 /*
  * A nonblocking UDP socket of the family, bound to addr (or to the wildcard
@@ -35,6 +36,10 @@ void mgmt_addr_format(const struct mgmt_addr *a, char *buf, size_t cap);
  * Returns the fd or -errno (-EADDRINUSE when the port is taken).
  */
 int mgmt_net_socket(int family, const struct mgmt_addr *addr, unsigned flags);
+/* A socket like mgmt_net_socket(family, NULL, flags) would make, on the
+ * wildcard at old's port while old still holds it (udp_bind.h). The caller
+ * closes old. The fd or -errno. */
+int mgmt_net_widen(int old, int family, unsigned flags);
 
 /*
  * Takes one entry off the socket's error queue: *dest is the destination

@@ -319,6 +319,7 @@ static void pending_send(struct mgmt *m, struct pending *p, uint64_t now)
 void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr, bool fresh,
 			struct waiter *w, uint64_t now)
 {
+	mgmt_reach(m, rpc, addr);
 	for (struct msess *s = m->sessions; s; s = s->next) {
 		if (!s->up || !s->client || s->rpc != rpc || !mgmt_addr_equal(&s->rendezvous, addr))
 			continue;

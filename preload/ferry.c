@@ -176,6 +176,12 @@ static bool ferry_read_config(void)
 	return true;
 }
 
+static void ferry_widened(void *ctx)
+{
+	(void)ctx;
+	progress_nic_replaced();
+}
+
 static void ferry_start_locked(void)
 {
 	if (!ferry.cfg_kept && !ferry_read_config()) {
@@ -221,8 +227,10 @@ static void ferry_start_locked(void)
 	rpc_unlock(ferry.rpc);
 	if (rc == 0) /* the next owner of a stream a child takes over dials us there */
 		rc = mgmt_answer_on_control(ferry.mgmt, ferry.rpc);
-	if (rc == 0)
+	if (rc == 0) {
 		mgmt_set_offer_handler(ferry.mgmt, lshare_on_offer, NULL);
+		mgmt_set_widen_handler(ferry.mgmt, ferry_widened, NULL);
+	}
 	if (rc == 0)
 		rc = progress_start(ferry.rpc, &ferry.cfg, ferry.pcfg.spin_us);
 	if (rc) {

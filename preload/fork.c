@@ -32,6 +32,7 @@
 #include "preload/statmap.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
+#include "transport/nic.h"
 #include "transport/rpc.h"
 #include "transport/sys.h"
 
@@ -70,6 +71,10 @@ static void fork_kill_file(struct ffile *f, void *arg)
  * to anyone (they are still the parent's). */
 static void fork_start_afresh(void)
 {
+	/* Their sockets too: a copy here would keep a loopback port bound
+	 * that the parent gives up when it widens (udp_bind.h). */
+	mgmt_forked_child(ferry.mgmt);
+	nic_forked_child(rpc_nic(ferry.rpc));
 	stream_forget_all();
 	peercache_reset();
 	phpool_drain();

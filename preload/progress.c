@@ -31,6 +31,7 @@ static uint64_t pg_last_run; /* atomic: when an application thread last ran the 
 static uint64_t pg_tick_ns;
 static int pg_notify_fd = -1;
 static int pg_long_sleep; /* atomic: the thread sleeps longer than a tick */
+static int pg_nic_replaced; /* atomic: the notify fd's socket was replaced */
 static struct thread_pause pg_pause;
 
 static unsigned progress_run(void)
@@ -74,6 +75,16 @@ static const struct wait_progress_ops pg_ops = {
 void progress_note_deferred(void)
 {
 	if (pg_efd >= 0 && __atomic_exchange_n(&pg_long_sleep, 0, __ATOMIC_ACQ_REL)) {
+		uint64_t one = 1;
+		ssize_t r = sys()->write(pg_efd, &one, sizeof(one));
+		(void)r;
+	}
+}
+
+void progress_nic_replaced(void)
+{
+	__atomic_store_n(&pg_nic_replaced, 1, __ATOMIC_RELEASE);
+	if (pg_efd >= 0) {
 		uint64_t one = 1;
 		ssize_t r = sys()->write(pg_efd, &one, sizeof(one));
 		(void)r;
@@ -153,6 +164,9 @@ static void *progress_main(void *arg)
 		 * kernel wakes the first registered instance with a sleeper: held
 		 * here, it would take packets from application threads that
 		 * registered later, so only while the application is away. */
+		/* The registration went with the socket it was made on. */
+		if (__atomic_exchange_n(&pg_nic_replaced, 0, __ATOMIC_ACQ_REL))
+			watching = false;
 		bool want = armed == 0;
 		if (want != watching) {
 			struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,

@@ -16,6 +16,9 @@ struct ferry_config;
 int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spin_us);
 /* Asks the background thread to write FERRY_STATS (async-signal-safe). */
 void progress_request_dump(void);
+/* The nic's notify fd now names another socket (mgmt_set_widen_handler):
+ * the thread registers it again. Any thread. */
+void progress_nic_replaced(void);
 /* Writes were deferred: make sure the thread will send them if the
  * application does not come back to ferry soon (a write then a sleep in
  * some other call). Cheap unless the thread is in a long sleep. */

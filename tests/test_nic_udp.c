@@ -407,10 +407,89 @@ Test(nic_udp, malformed_bundles_are_dropped_and_counted, .timeout = 30)
 	pair_close(&p);
 }
 
+/* Where a nic's socket is bound, as "host:port". */
+static void bound_at(const struct nic *n, char *buf, size_t cap)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	cr_assert_eq(getsockname(nic_notify_fd(n), (struct sockaddr *)&ss, &len), 0);
+	char host[INET6_ADDRSTRLEN];
+	const void *a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+						 : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+	inet_ntop(ss.ss_family, a, host, sizeof(host));
+	snprintf(buf, cap, "%s:%u", host,
+		 ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+						: ((struct sockaddr_in *)&ss)->sin_port));
+}
+
+static void carries(struct nic *from, struct nic_peer *peer, struct nic *to, uint32_t seq)
+{
+	uint8_t pkt[64];
+	fill(pkt, sizeof(pkt), seq);
+	struct nic_tx tx = {.peer = peer, .nsge = 1, .sge = {{.addr = pkt, .len = sizeof(pkt)}}};
+	cr_assert_eq(nic_tx_burst(from, &tx, 1), 1);
+	nic_flush(from);
+	struct nic_rx rx;
+	cr_assert_eq(rx_wait(to, &rx, 1), 1, "packet %u lost", seq);
+	check(&rx, sizeof(pkt), seq);
+	nic_post_recvs(to, &rx.buf, 1);
+}
+
+/* A nic starts on loopback, and tells its peers so outright; widened, it
+ * listens on the wildcard at the same port and number, so the route a peer
+ * already holds still reaches it, and a new peer gets the wildcard route. */
+Test(nic_udp, a_nic_starts_on_loopback_and_widens_in_place)
+{
+	struct pair p;
+	pair_open(&p, 0);
+	char at[96], want[96], got[96];
+	bound_at(p.b, at, sizeof(at));
+	snprintf(want, sizeof(want), "127.0.0.1:%u", p.b_port);
+	cr_assert_str_eq(at, want);
+	struct nic_route r;
+	nic_local_route(p.b, &r);
+	nic_route_format(p.b, &r, got, sizeof(got));
+	snprintf(want, sizeof(want), "udp:[127.0.0.1]:%u", p.b_port);
+	cr_assert_str_eq(got, want);
+	carries(p.a, p.a_to_b, p.b, 1);
+	/* A peer seen at ::1 is reached at 127.0.0.1, where this nic can send. */
+	struct sockaddr_in6 lo6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	struct nic *c = open_nic(&p.cfg, &p.sa);
+	cr_assert_eq(nic_widen(c), 0);
+	nic_local_route(c, &r);
+	uint16_t c_port = route_port(c, &r);
+	nic_route_fixup(p.a, &r, (const struct sockaddr *)&lo6, sizeof(lo6));
+	nic_route_format(p.a, &r, got, sizeof(got));
+	snprintf(want, sizeof(want), "udp:[127.0.0.1]:%u", c_port);
+	cr_assert_str_eq(got, want);
+	struct nic_peer *a_to_c;
+	cr_assert_eq(nic_peer_create(p.a, &r, &a_to_c), 0);
+	carries(p.a, a_to_c, c, 9);
+	nic_peer_destroy(p.a, a_to_c);
+	nic_close(c);
+
+	int fd = nic_notify_fd(p.b);
+	cr_assert_eq(nic_widen(p.b), 0);
+	cr_assert_eq(nic_notify_fd(p.b), fd);
+	bound_at(p.b, at, sizeof(at));
+	snprintf(want, sizeof(want), ":%u", p.b_port);
+	bool any = strncmp(at, ":::", 3) == 0 || strncmp(at, "0.0.0.0:", 8) == 0;
+	cr_assert(any && strcmp(at + strlen(at) - strlen(want), want) == 0, "bound at %s", at);
+	carries(p.a, p.a_to_b, p.b, 2);
+	nic_local_route(p.b, &r);
+	nic_route_format(p.b, &r, got, sizeof(got));
+	cr_assert(strstr(got, "[::]") || strstr(got, "[0.0.0.0]"), "%s", got);
+	cr_assert_eq(nic_widen(p.b), 0, "a second widening changes nothing");
+	carries(p.a, p.a_to_b, p.b, 3);
+	pair_close(&p);
+}
+
 Test(nic_udp, route_fixup_fills_only_a_wildcard_host)
 {
 	struct pair p;
 	pair_open(&p, 0);
+	cr_assert_eq(nic_widen(p.a), 0);
+	cr_assert_eq(nic_widen(p.b), 0);
 	struct nic_route r;
 	char want[96], got[96];
 	nic_local_route(p.b, &r);
@@ -658,10 +737,13 @@ Test(nic_udp, without_ipv6_falls_back_to_ipv4)
 	ferry_config_defaults(&cfg);
 	struct ferry_stats st = {0};
 	v6 = open_nic(&cfg, &st);
+	cr_assert_eq(nic_widen(v6), 0);
 	real_socket = sys()->socket;
 	sys_table.socket = socket_without_ipv6;
 	struct pair p;
 	pair_open(&p, 0);
+	cr_assert_eq(nic_widen(p.a), 0);
+	cr_assert_eq(nic_widen(p.b), 0);
 	struct nic_route r;
 	char want[96], got[96];
 	nic_local_route(p.b, &r);

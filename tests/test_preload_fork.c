@@ -4,6 +4,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "preload/ferry.h"
 #include "preload/listener.h"
 #include "preload_proc_util.h"
+#include "transport/rpc.h"
 #include "transport/stats.h"
 
 /* One test at a time, as test_preload_start (LeakSanitizer and criterion's
@@ -195,6 +197,29 @@ Test(fork, a_stream_accepted_then_forked_is_served_by_the_child, .timeout = 30)
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "server status %d", status);
 	cr_assert_eq(waitpid(client, &status, 0), client);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "client status %d", status);
+	close(lis);
+}
+
+/* A fork child lets go of its copies of the parent's datapath and control
+ * sockets: one kept would hold the loopback port the parent gives up when
+ * it widens (udp_bind.h), and take the datagrams meant for the parent. */
+Test(fork, a_child_holds_no_copy_of_the_parents_ferry_sockets, .timeout = 30)
+{
+	env_udp();
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
+	cr_assert(ferry_up());
+	int nic_fd = rpc_notify_fd(ferry.rpc);
+	cr_assert_geq(nic_fd, 0);
+	cr_assert_neq(fcntl(nic_fd, F_GETFD), -1);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0)
+		_exit(fcntl(nic_fd, F_GETFD) == -1 && errno == EBADF ? 0 : 2);
+	int status;
+	cr_assert_eq(waitpid(child, &status, 0), child);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	cr_assert_neq(fcntl(nic_fd, F_GETFD), -1, "the parent's stays");
 	close(lis);
 }
 

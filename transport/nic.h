@@ -99,6 +99,14 @@ struct nic_ops {
 	/* Human-readable route, for logs. */
 	void (*route_format)(const struct nic_route *route, char *buf, size_t cap);
 	void (*close)(struct nic *nic);
+	/* Optional. Makes the nic reachable from other hosts where it started
+	 * on loopback only (udp_bind.h); routes already given out stay valid.
+	 * The notify fd keeps its number, but sleepers registered on it must
+	 * register again. 0 or -errno; the nic is unchanged on failure. */
+	int (*widen)(struct nic *nic);
+	/* Optional. In a fork child: lets go of the sockets that receive for
+	 * the parent, touching nothing else (the parent still runs the nic). */
+	void (*forked_child)(struct nic *nic);
 };
 
 struct nic {
@@ -197,5 +205,11 @@ static inline void nic_route_format(const struct nic *n, const struct nic_route 
 	n->ops->route_format(r, b, cap);
 }
 static inline void nic_close(struct nic *n) { n->ops->close(n); }
+static inline int nic_widen(struct nic *n) { return n->ops->widen ? n->ops->widen(n) : 0; }
+static inline void nic_forked_child(struct nic *n)
+{
+	if (n->ops->forked_child)
+		n->ops->forked_child(n);
+}
 
 #endif

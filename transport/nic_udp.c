@@ -22,6 +22,7 @@
 #include "transport/pkthdr.h"
 #include "transport/stats.h"
 #include "transport/sys.h"
+#include "transport/udp_bind.h"
 
 /* The largest UDP payload over IPv4 (65535 - 20 IP - 8 UDP); IPv6 allows 20
  * more, but a dual-stack socket may be sending to a v4-mapped peer. */
@@ -84,6 +85,7 @@ struct nic_udp {
 	int fd;
 	int family; /* AF_INET6 (dual stack) or AF_INET */
 	uint16_t port;
+	bool wide;  /* bound to the wildcard; else to 127.0.0.1 (udp_bind.h) */
 	uint64_t tx_failures;
 
 	uint8_t *bufs; /* NIC_UDP_RX_BUFS buffers of stride bytes, mmap'ed */
@@ -114,6 +116,10 @@ struct nic_udp {
 };
 
 static const uint8_t udp_zero_pad[8];
+static const uint8_t udp_loopback4[4] = {127, 0, 0, 1};
+
+static void nic_udp_size_buffers(int fd);
+static int nic_udp_wide_socket(int *family);
 
 static struct nic_udp *nic_udp_of(struct nic *nic)
 {
@@ -517,7 +523,12 @@ static void nic_udp_local_route(const struct nic *nic, struct nic_route *out)
 	static const uint8_t any[16];
 	memset(out, 0, sizeof(*out));
 	out->kind = FERRY_TRANSPORT_UDP;
-	route_set_host(out, u->family, any, 0);
+	/* On loopback the host is said outright: a peer would fill in the
+	 * control socket's source, which may be ::1, where we do not listen. */
+	if (u->wide)
+		route_set_host(out, u->family, any, 0);
+	else
+		route_set_host(out, AF_INET, udp_loopback4, 0);
 	uint16_t port = htons(u->port);
 	memcpy(out->data + 1, &port, 2);
 }
@@ -542,7 +553,11 @@ static void nic_udp_route_fixup(const struct nic *nic, struct nic_route *route,
 		   seen_len >= (socklen_t)sizeof(struct sockaddr_in6)) {
 		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)seen;
 		const uint8_t *a = in6->sin6_addr.s6_addr;
-		if (u->family == AF_INET && memcmp(a, v4mapped_prefix, 12) == 0)
+		/* A nic on 127.0.0.1 reaches a peer seen at ::1 there: the
+		 * peer's socket is on 127.0.0.1 too, or dual-stack. */
+		if (!u->wide && IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+			route_set_host(route, AF_INET, udp_loopback4, 0);
+		else if (u->family == AF_INET && memcmp(a, v4mapped_prefix, 12) == 0)
 			route_set_host(route, AF_INET, a + 12, 0);
 		else
 			route_set_host(route, AF_INET6, a, in6->sin6_scope_id);
@@ -725,6 +740,46 @@ static void nic_udp_close(struct nic *nic)
 	nic_udp_free(nic_udp_of(nic));
 }
 
+/*
+ * The wildcard at the same port, on the same descriptor number: dup3 puts
+ * the new socket where the old one was, which closes the old one, so the
+ * loopback address goes to the new socket too. Datagrams the old socket
+ * still held are lost, as on any network; go-back-N sends them again.
+ */
+static int nic_udp_widen(struct nic *nic)
+{
+	struct nic_udp *u = nic_udp_of(nic);
+	if (u->wide)
+		return 0;
+	int family;
+	int fd = nic_udp_wide_socket(&family);
+	if (fd < 0)
+		return fd;
+	int rc = udp_bind_wide_beside(fd, u->fd);
+	if (rc == 0 && sys()->dup3(fd, u->fd, O_CLOEXEC) < 0)
+		rc = -errno;
+	sys()->close(fd);
+	if (rc) {
+		log_warn("udp: cannot listen beyond loopback (%s): peers on other hosts cannot "
+			 "reach this process",
+			 strerror(-rc));
+		return rc;
+	}
+	u->family = family;
+	u->wide = true;
+	nic_udp_size_buffers(u->fd);
+	log_debug("udp nic: now on %s port %u", family == AF_INET6 ? "[::]" : "0.0.0.0", u->port);
+	return 0;
+}
+
+static void nic_udp_forked_child(struct nic *nic)
+{
+	struct nic_udp *u = nic_udp_of(nic);
+	if (u->fd >= 0)
+		sys()->close(u->fd);
+	u->fd = -1;
+}
+
 static const struct nic_ops nic_udp_ops = {
 	.tx_burst = nic_udp_tx_burst,
 	.rx_burst = nic_udp_rx_burst,
@@ -741,17 +796,18 @@ static const struct nic_ops nic_udp_ops = {
 	.peer_destroy = nic_udp_peer_destroy,
 	.route_format = nic_udp_route_format,
 	.close = nic_udp_close,
+	.widen = nic_udp_widen,
+	.forked_child = nic_udp_forked_child,
 };
 
-/* Dual-stack [::]:0 when the host has IPv6, else 0.0.0.0:0. Returns the fd or -errno. */
-static int nic_udp_socket(int *family)
+/* An unbound socket: dual-stack IPv6 when the host has IPv6, else IPv4.
+ * Returns the fd or -errno. */
+static int nic_udp_wide_socket(int *family)
 {
 	int fd = sys()->socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd >= 0) {
 		int off = 0;
-		struct sockaddr_in6 any = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
-		if (sys()->setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) == 0 &&
-		    sys()->bind(fd, (struct sockaddr *)&any, sizeof(any)) == 0) {
+		if (sys()->setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) == 0) {
 			*family = AF_INET6;
 			return fd;
 		}
@@ -760,13 +816,33 @@ static int nic_udp_socket(int *family)
 	fd = sys()->socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	struct sockaddr_in any4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
-	if (sys()->bind(fd, (struct sockaddr *)&any4, sizeof(any4)) < 0) {
+	*family = AF_INET;
+	return fd;
+}
+
+/* 127.0.0.1:0 (udp_bind.h); the wildcard if loopback cannot be had.
+ * Returns the fd or -errno. */
+static int nic_udp_socket(int *family, bool *wide)
+{
+	int fd = sys()->socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && udp_bind_loopback(fd) == 0) {
+		*family = AF_INET;
+		*wide = false;
+		return fd;
+	}
+	if (fd >= 0)
+		sys()->close(fd);
+	fd = nic_udp_wide_socket(family);
+	if (fd < 0)
+		return fd;
+	struct sockaddr_storage any = {.ss_family = (sa_family_t)*family};
+	if (sys()->bind(fd, (struct sockaddr *)&any,
+			*family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)) < 0) {
 		int err = -errno;
 		sys()->close(fd);
 		return err;
 	}
-	*family = AF_INET;
+	*wide = true;
 	return fd;
 }
 
@@ -817,7 +893,7 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 				    "FERRY_MTU must leave room after the 32-byte packet header");
 	u->base.max_pkt_size = mtu;
 
-	int fd = nic_udp_socket(&u->family);
+	int fd = nic_udp_socket(&u->family, &u->wide);
 	if (fd < 0)
 		return nic_udp_fail(u, fd, err, msg, msglen, "cannot open a UDP socket");
 	u->fd = fd;
@@ -846,7 +922,7 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 		u->rx_msgs[i].msg_hdr = (struct msghdr){.msg_iov = &u->rx_iov[i], .msg_iovlen = 1};
 	}
 	log_debug("udp nic: %s port %u, packets up to %u bytes",
-		  u->family == AF_INET6 ? "[::]" : "0.0.0.0", u->port, mtu);
+		  !u->wide ? "127.0.0.1" : u->family == AF_INET6 ? "[::]" : "0.0.0.0", u->port, mtu);
 	return &u->base;
 }
 

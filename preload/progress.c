@@ -81,9 +81,10 @@ void progress_note_deferred(void)
 	}
 }
 
-void progress_nic_replaced(void)
+/* Sets *flag and wakes the thread (async-signal-safe). */
+static void progress_wake_for(int *flag)
 {
-	__atomic_store_n(&pg_nic_replaced, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(flag, 1, __ATOMIC_RELEASE);
 	if (pg_efd >= 0) {
 		uint64_t one = 1;
 		ssize_t r = sys()->write(pg_efd, &one, sizeof(one));
@@ -91,14 +92,14 @@ void progress_nic_replaced(void)
 	}
 }
 
+void progress_nic_replaced(void)
+{
+	progress_wake_for(&pg_nic_replaced);
+}
+
 void progress_request_dump(void)
 {
-	__atomic_store_n(&pg_dump, 1, __ATOMIC_RELAXED);
-	if (pg_efd >= 0) {
-		uint64_t one = 1;
-		ssize_t r = sys()->write(pg_efd, &one, sizeof(one));
-		(void)r;
-	}
+	progress_wake_for(&pg_dump);
 }
 
 /* An application thread that ran the loop this recently is taken to be

@@ -151,21 +151,45 @@ static void echo_client(const struct sockaddr_in *a, int go, int lis)
 	exit(ok ? 0 : 5);
 }
 
-/* postgres's shape: accept, fork, the child serves, the parent closes its
- * copy at once; bytes that came before the fork wait unread in the parent
- * and must reach the child. */
-Test(fork, a_stream_accepted_then_forked_is_served_by_the_child, .timeout = 30)
+/* A loopback listener, a pipe that paces the client, and the client in a
+ * process of its own: client(listener's address, the pipe's read end, lis). */
+static int listener_with_client(int go[2], pid_t *client,
+				void (*fn)(const struct sockaddr_in *a, int go, int lis))
 {
 	env_udp();
 	signal(SIGPIPE, SIG_IGN);
 	struct sockaddr_in a;
 	int lis = loopback_listener(&a);
-	int go[2];
 	cr_assert_eq(pipe(go), 0);
-	pid_t client = fork();
-	cr_assert_geq(client, 0);
-	if (client == 0)
-		echo_client(&a, go[0], lis);
+	*client = fork();
+	cr_assert_geq(*client, 0);
+	if (*client == 0)
+		fn(&a, go[0], lis);
+	return lis;
+}
+
+/* Says "hi", expects "ok". */
+static void hi_ok_client(const struct sockaddr_in *a, int go, int lis)
+{
+	(void)go;
+	alarm(10);
+	close(lis);
+	int cli = socket(AF_INET, SOCK_STREAM, 0);
+	char b[2];
+	if (connect(cli, (const struct sockaddr *)a, sizeof(*a)) != 0 || write(cli, "hi", 2) != 2 ||
+	    read(cli, b, 2) != 2 || memcmp(b, "ok", 2) != 0)
+		_exit(3);
+	exit(0);
+}
+
+/* postgres's shape: accept, fork, the child serves, the parent closes its
+ * copy at once; bytes that came before the fork wait unread in the parent
+ * and must reach the child. */
+Test(fork, a_stream_accepted_then_forked_is_served_by_the_child, .timeout = 30)
+{
+	int go[2];
+	pid_t client;
+	int lis = listener_with_client(go, &client, echo_client);
 	int srv = accept(lis, NULL, NULL);
 	cr_assert_geq(srv, 0);
 	usleep(20000); /* "early" arrives here, before the fork */
@@ -230,24 +254,9 @@ Test(fork, a_child_holds_no_copy_of_the_parents_ferry_sockets, .timeout = 30)
  * the stream, not told it is reset. */
 Test(fork, a_stream_asked_for_while_the_parent_closes_its_copy_is_handed_over, .timeout = 30)
 {
-	env_udp();
-	signal(SIGPIPE, SIG_IGN);
-	struct sockaddr_in a;
-	int lis = loopback_listener(&a);
 	int go[2];
-	cr_assert_eq(pipe(go), 0);
-	pid_t client = fork();
-	cr_assert_geq(client, 0);
-	if (client == 0) {
-		alarm(10);
-		close(lis);
-		int cli = socket(AF_INET, SOCK_STREAM, 0);
-		char b[2];
-		if (connect(cli, (struct sockaddr *)&a, sizeof(a)) != 0 || write(cli, "hi", 2) != 2 ||
-		    read(cli, b, 2) != 2 || memcmp(b, "ok", 2) != 0)
-			_exit(3);
-		exit(0);
-	}
+	pid_t client;
+	int lis = listener_with_client(go, &client, hi_ok_client);
 	int srv = accept(lis, NULL, NULL);
 	cr_assert_geq(srv, 0);
 	pid_t server = fork();

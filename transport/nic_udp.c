@@ -119,7 +119,7 @@ static const uint8_t udp_zero_pad[8];
 static const uint8_t udp_loopback4[4] = {127, 0, 0, 1};
 
 static void nic_udp_size_buffers(int fd);
-static int nic_udp_wide_socket(int *family);
+static int nic_udp_wide_socket(int *family, int beside);
 
 static struct nic_udp *nic_udp_of(struct nic *nic)
 {
@@ -752,13 +752,12 @@ static int nic_udp_widen(struct nic *nic)
 	if (u->wide)
 		return 0;
 	int family;
-	int fd = nic_udp_wide_socket(&family);
-	if (fd < 0)
-		return fd;
-	int rc = udp_bind_wide_beside(fd, u->fd);
+	int fd = nic_udp_wide_socket(&family, u->fd);
+	int rc = fd < 0 ? fd : 0;
 	if (rc == 0 && sys()->dup3(fd, u->fd, O_CLOEXEC) < 0)
 		rc = -errno;
-	sys()->close(fd);
+	if (fd >= 0)
+		sys()->close(fd);
 	if (rc) {
 		log_warn("udp: cannot listen beyond loopback (%s): peers on other hosts cannot "
 			 "reach this process",
@@ -800,14 +799,26 @@ static const struct nic_ops nic_udp_ops = {
 	.forked_child = nic_udp_forked_child,
 };
 
-/* An unbound socket: dual-stack IPv6 when the host has IPv6, else IPv4.
- * Returns the fd or -errno. */
-static int nic_udp_wide_socket(int *family)
+/* Binds fd to its family's wildcard: at beside's port while beside holds
+ * it (udp_bind.h), or at a port the kernel picks (beside -1). */
+static int nic_udp_bind_wide(int fd, int family, int beside)
+{
+	if (beside >= 0)
+		return udp_bind_wide_beside(fd, beside);
+	struct sockaddr_storage any = {.ss_family = (sa_family_t)family};
+	socklen_t len = family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	return sys()->bind(fd, (struct sockaddr *)&any, len) == 0 ? 0 : -errno;
+}
+
+/* A socket on the wildcard (see nic_udp_bind_wide): dual-stack IPv6 when
+ * the host has IPv6, else IPv4. Returns the fd or -errno. */
+static int nic_udp_wide_socket(int *family, int beside)
 {
 	int fd = sys()->socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd >= 0) {
 		int off = 0;
-		if (sys()->setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) == 0) {
+		if (sys()->setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) == 0 &&
+		    nic_udp_bind_wide(fd, AF_INET6, beside) == 0) {
 			*family = AF_INET6;
 			return fd;
 		}
@@ -816,6 +827,11 @@ static int nic_udp_wide_socket(int *family)
 	fd = sys()->socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	int rc = nic_udp_bind_wide(fd, AF_INET, beside);
+	if (rc < 0) {
+		sys()->close(fd);
+		return rc;
+	}
 	*family = AF_INET;
 	return fd;
 }
@@ -832,18 +848,8 @@ static int nic_udp_socket(int *family, bool *wide)
 	}
 	if (fd >= 0)
 		sys()->close(fd);
-	fd = nic_udp_wide_socket(family);
-	if (fd < 0)
-		return fd;
-	struct sockaddr_storage any = {.ss_family = (sa_family_t)*family};
-	if (sys()->bind(fd, (struct sockaddr *)&any,
-			*family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)) < 0) {
-		int err = -errno;
-		sys()->close(fd);
-		return err;
-	}
 	*wide = true;
-	return fd;
+	return nic_udp_wide_socket(family, -1);
 }
 
 static void nic_udp_size_buffers(int fd)

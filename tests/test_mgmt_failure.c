@@ -61,6 +61,7 @@ static void serve_and_connect(struct served *sv)
 	tmu_loop_start(&sv->loop, nexus_rpc(sv->server));
 	sv->client = tmu_nexus(FAILURE_MS, HEARTBEAT_MS);
 	sv->session = connect_to(sv->client, port);
+	cr_assert_geq(sv->session, 0, "connect: %s", strerror(-sv->session));
 }
 
 Test(mgmt_failure, killed_server_fails_pending_requests_and_client_recovers, .timeout = 60)
@@ -126,7 +127,6 @@ Test(mgmt_failure, heartbeats_keep_an_idle_session_alive, .timeout = 60)
 	struct nexus *server = sv.server, *nx = sv.client;
 	struct rpc *rpc = nexus_rpc(nx);
 	int s = sv.session;
-	cr_assert_geq(s, 0);
 	usleep(5 * FAILURE_MS * 1000);
 	cr_assert_eq(nexus_stats(nx)->dead_peers, 0);
 	rpc_lock(rpc);
@@ -149,7 +149,6 @@ Test(mgmt_failure, a_peer_whose_datapath_answers_is_not_declared_dead, .timeout 
 	struct nexus *server = sv.server, *nx = sv.client;
 	struct rpc *rpc = nexus_rpc(nx);
 	int s = sv.session;
-	cr_assert_geq(s, 0, "connect: %s", strerror(-s));
 	mgmt_hold(nexus_mgmt(server));
 	uint64_t end = clock_now_ns() + 5ull * FAILURE_MS * 1000000ull;
 	unsigned calls = 0;
@@ -221,7 +220,6 @@ Test(mgmt_failure, a_silent_unwatched_peer_times_out, .timeout = 60)
 	struct nexus *server = sv.server, *nx = sv.client;
 	struct rpc *rpc = nexus_rpc(nx);
 	int s = sv.session;
-	cr_assert_geq(s, 0, "connect: %s", strerror(-s));
 	struct tmu_call c;
 	cr_assert_eq(tmu_call(rpc, s, ECHO_REQ, 10, &c), 0);
 	tmu_loop_stop(&sv.loop);

@@ -13,6 +13,7 @@
 #include "preload/sockaddr.h"
 #include "transport/clock.h"
 #include "transport/sys.h"
+#include "transport/udp_bind.h"
 
 #define LOCALADDR_MAX 64
 #define LOCALADDR_REFRESH_NS 1000000000ull
@@ -37,20 +38,6 @@ static bool la_key(const struct sockaddr *sa, uint8_t out[16])
 		return true;
 	}
 	return false;
-}
-
-static bool la_key_loopback(const uint8_t k[16])
-{
-	static const uint8_t v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-	if (!memcmp(k, v4_prefix, 12))
-		return k[12] == 127;
-	return !memcmp(k, &in6addr_loopback, 16);
-}
-
-bool localaddr_is_loopback(const struct sockaddr *sa)
-{
-	uint8_t k[16];
-	return la_key(sa, k) && la_key_loopback(k);
 }
 
 /* Reads the interfaces' addresses; under la_lock. */
@@ -81,7 +68,7 @@ bool localaddr_is_local(const struct sockaddr *sa)
 	uint8_t k[16];
 	if (!la_key(sa, k))
 		return false;
-	if (la_key_loopback(k))
+	if (udp_addr_is_loopback(sa))
 		return true;
 	pthread_mutex_lock(&la_lock);
 	bool found = la_loaded && la_find(k);

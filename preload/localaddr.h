@@ -9,8 +9,6 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 
-/* 127.0.0.0/8, ::1, and 127.0.0.0/8 mapped into IPv6. */
-bool localaddr_is_loopback(const struct sockaddr *sa);
 /* Whether sa's address (not its port) is this host's. The interfaces'
  * addresses are cached and read again (getifaddrs) on a miss, at most
  * once a second, so an address added since counts soon after. Any thread. */

@@ -12,6 +12,7 @@
 #include "preload/ferry.h"
 #include "preload/localaddr.h"
 #include "transport/stats.h"
+#include "transport/udp_bind.h"
 
 /* How many times a client follows a shared listener elsewhere. */
 #define STREAM_REDIRECTS_MAX 4
@@ -192,7 +193,7 @@ static bool open_reach(struct rpc *rpc, int session, const struct wire_open *w,
 	wire_addr_to(&w->dst, AF_INET6, &dst); /* v4 as mapped: both families */
 	wire_addr_to(&w->src, AF_INET6, &src);
 	bool origin_here = localaddr_is_local((struct sockaddr *)&origin);
-	if (localaddr_is_loopback((struct sockaddr *)&dst) ? !origin_here
+	if (udp_addr_is_loopback((struct sockaddr *)&dst) ? !origin_here
 							  : !localaddr_is_local((struct sockaddr *)&dst))
 		return false;
 	*peer = w->src;

@@ -776,25 +776,37 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		}
 		return n;
 	}
-	uint64_t spin_end = clock_now_ns() + (uint64_t)wait_spin_us() * 1000u;
+	unsigned spin_us = wait_spin_us();
+	uint64_t spin_end = clock_now_ns() + (uint64_t)spin_us * 1000u;
 	for (unsigned i = 0;; i++) {
 		wait_spin_once();
 		n = ep_harvest(ep, events, max);
-		if (n > 0)
+		if (n > 0) {
+			if (spin_us)
+				wait_spin_outcome(true);
 			return n;
+		}
 		/* Not on the first turn: ferry's answer is usually there by then. */
 		if (i % EP_KERNEL_EVERY == EP_KERNEL_EVERY - 1) {
 			int k = ep_kernel(ep, events, max, 0, NULL);
-			if (k != 0)
+			if (k != 0) {
+				if (spin_us && k > 0)
+					wait_spin_outcome(true);
 				return k;
+			}
 		}
 		uint64_t now = clock_now_ns();
 		/* Time is up before the kernel's turn came (a zero timeout): its
 		 * fds get one look all the same. */
 		if (now >= deadline && i % EP_KERNEL_EVERY != EP_KERNEL_EVERY - 1)
 			return ep_kernel(ep, events, max, 0, NULL);
-		if (now >= spin_end || now >= deadline)
+		if (now >= deadline)
 			break;
+		if (now >= spin_end) {
+			if (spin_us)
+				wait_spin_outcome(false);
+			break;
+		}
 	}
 	for (;;) {
 		if (clock_now_ns() >= deadline)

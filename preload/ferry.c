@@ -3,6 +3,7 @@
 
 #include "preload/ferry.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/rpc.h"
+#include "transport/sys.h"
 
 struct ferry_proc ferry;
 
@@ -96,6 +98,22 @@ void ferry_stats_dump(void)
 /* How long exit may wait for written data to reach peers. */
 #define FERRY_EXIT_DRAIN_NS (2000ull * 1000000ull)
 
+/*
+ * The exit drain found nothing: sleep until a packet comes or the
+ * retransmission timers' grain passes, rather than spin. A spinning drain
+ * took a whole CPU from the peer whose answer it waited for, and for the
+ * full bound when that peer was gone (a fork-per-connection server's child
+ * after its client exited).
+ */
+static void ferry_drain_sleep(void)
+{
+	if (rpc_arm_notify(ferry.rpc) != 0)
+		return; /* packets are waiting, or there is no fd to sleep on */
+	struct pollfd p = {.fd = rpc_notify_fd(ferry.rpc), .events = POLLIN};
+	struct timespec grain = {0, 1000000};
+	sys()->ppoll(&p, 1, &grain, NULL);
+}
+
 static void ferry_atexit(void)
 {
 	if (ferry_state() == FERRY_ON && ferry_lock_depth == 0) {
@@ -116,7 +134,8 @@ static void ferry_atexit(void)
 			ferry_internal_enter();
 			stream_fin_all(ferry.rpc);
 			do
-				stream_run_once(ferry.rpc);
+				if (stream_run_once(ferry.rpc) == 0)
+					ferry_drain_sleep();
 			while ((rpc_busy(ferry.rpc) || stream_tx_undelivered()) &&
 			       clock_now_ns() < end);
 			rpc_run_once(ferry.rpc); /* the last answers */

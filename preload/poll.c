@@ -98,7 +98,8 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 		}
 		return ready;
 	}
-	uint64_t spin_end = clock_now_ns() + (uint64_t)wait_spin_us() * 1000u;
+	unsigned spin_us = wait_spin_us();
+	uint64_t spin_end = clock_now_ns() + (uint64_t)spin_us * 1000u;
 	for (unsigned i = 0; clock_now_ns() < spin_end && clock_now_ns() < deadline; i++) {
 		wait_spin_once();
 		ready = poll_scan(c);
@@ -112,10 +113,14 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 				if (k > 0)
 					ready += poll_merge(c);
 			}
-			if (ready > 0)
+			if (ready > 0) {
+				wait_spin_outcome(true);
 				return ready;
+			}
 		}
 	}
+	if (spin_us && clock_now_ns() < deadline)
+		wait_spin_outcome(false);
 	struct waiter *w = wait_self();
 	for (;;) {
 		if (w)

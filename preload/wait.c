@@ -213,9 +213,33 @@ int wait_arm(void)
 	return ops ? wait_arm_ops(ops) : -1;
 }
 
+/*
+ * A spin that runs out found nothing a sleep would not have: after
+ * WAIT_SPIN_MISSES of them in a row the thread sleeps at once, trying a
+ * spin again every WAIT_SPIN_PROBE-th wait, until one finds its event. A
+ * peer that answers within the spin keeps it; one that is slow (or waits
+ * for the CPU this thread would spin on) stops it.
+ */
+#define WAIT_SPIN_MISSES 4
+#define WAIT_SPIN_PROBE 16
+static __thread unsigned wait_spin_misses __attribute__((tls_model("initial-exec")));
+static __thread unsigned wait_spin_skips __attribute__((tls_model("initial-exec")));
+
 unsigned wait_spin_us(void)
 {
-	return __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE) ? wait_spin : 0;
+	if (!wait_spin || !__atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE))
+		return 0;
+	if (wait_spin_misses >= WAIT_SPIN_MISSES && ++wait_spin_skips % WAIT_SPIN_PROBE != 0)
+		return 0;
+	return wait_spin;
+}
+
+void wait_spin_outcome(bool found)
+{
+	if (found)
+		wait_spin_misses = 0;
+	else if (wait_spin_misses < WAIT_SPIN_MISSES)
+		wait_spin_misses++;
 }
 
 int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct timespec *timeout,

@@ -72,6 +72,9 @@ void wait_spin_once(void);
  * from this thread, -1 (sleep without the nic's fd, see wait.c). */
 int wait_arm(void);
 unsigned wait_spin_us(void);
+/* How a spin of wait_spin_us() > 0 ended: found what it waited for, or ran
+ * out (the thread's next waits may skip spinning, see wait.c). */
+void wait_spin_outcome(bool found);
 
 /*
  * Sleeps until w is woken, a packet may be waiting, one of kfds[0..nk) has

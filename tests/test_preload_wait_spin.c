@@ -1,0 +1,89 @@
+/*
+ * Adaptive spinning: a thread whose spins keep running out stops spinning
+ * (apart from a probe now and then) and sleeps at once, and one spin that
+ * finds its event brings spinning back. On an oversubscribed host a spin
+ * that cannot succeed only takes the CPU its peer needs.
+ */
+#include "autoconfig.h"
+
+#include <criterion/criterion.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include "preload/fdtable.h"
+#include "preload/wait.h"
+#include "preload_test_util.h"
+
+/* Event loop passes: each turn of a spin makes one. */
+static unsigned runs;
+
+static unsigned count_run(void)
+{
+	__atomic_add_fetch(&runs, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static int no_arm(void)
+{
+	return -1;
+}
+
+static const struct wait_progress_ops count_ops = {.run = count_run, .arm = no_arm};
+
+/* Long enough that a spin turns many times even under valgrind. */
+#define SPIN_US 2000
+
+static void spin_init(void)
+{
+	test_table_init();
+	wait_set_progress(&count_ops, SPIN_US);
+	/* Whatever earlier waits on this thread left: one found event. */
+	wait_spin_outcome(true);
+}
+
+static void spin_fini(void)
+{
+	wait_set_progress(NULL, 0);
+}
+
+TestSuite(wait_spin, .init = spin_init, .fini = spin_fini, .timeout = 20);
+
+Test(wait_spin, misses_in_a_row_stop_the_spin_but_for_a_probe)
+{
+	cr_assert_eq(wait_spin_us(), SPIN_US);
+	for (int i = 0; i < 4; i++)
+		wait_spin_outcome(false);
+	unsigned spun = 0, asked = 32;
+	for (unsigned i = 0; i < asked; i++)
+		spun += wait_spin_us() != 0;
+	cr_expect_eq(spun, asked / 16, "%u of %u waits spun after four misses", spun, asked);
+	wait_spin_outcome(true);
+	cr_expect_eq(wait_spin_us(), SPIN_US, "a spin that found its event brings spinning back");
+}
+
+Test(wait_spin, fewer_misses_keep_spinning)
+{
+	for (int i = 0; i < 3; i++)
+		wait_spin_outcome(false);
+	cr_expect_eq(wait_spin_us(), SPIN_US);
+}
+
+/* Through poll(): a file that never becomes ready makes each spin run out
+ * (the timeout outlasts the spin); after four, a poll no longer spins. */
+Test(wait_spin, poll_on_a_quiet_file_stops_spinning)
+{
+	int fd;
+	test_file(&fd);
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	unsigned per_poll[8];
+	for (int i = 0; i < 8; i++) {
+		unsigned before = __atomic_load_n(&runs, __ATOMIC_RELAXED);
+		cr_assert_eq(poll(&p, 1, 2 * SPIN_US / 1000 + 2), 0);
+		per_poll[i] = __atomic_load_n(&runs, __ATOMIC_RELAXED) - before;
+	}
+	close(fd);
+	cr_expect_gt(per_poll[0], 2, "the first poll spun (%u passes)", per_poll[0]);
+	for (int i = 4; i < 8; i++)
+		cr_expect_lt(per_poll[i], 2, "poll %d after four spent spins still spun (%u passes)",
+			     i, per_poll[i]);
+}

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +26,7 @@
 #include "preload/reentry.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
+#include "preload/wait.h"
 #include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/rpc.h"
@@ -604,10 +604,14 @@ static int ho_fetch(const struct fsock *sk, struct ho_resp *resp, uint8_t *bytes
 
 /* Until the peer answered ATTACH (bounded): the application's first send
  * must find room, as on a kernel socket whose buffer is empty (postgres
- * treats EAGAIN on its first reply as an error). */
-static void ho_wait_attached(struct stream *s)
+ * treats EAGAIN on its first reply as an error). The answer comes as a
+ * packet, which wakes this thread from its sleep on the nic, or through
+ * the file's waiters when another thread took the packet: sleeping costs
+ * one wake, where yielding in a loop kept a CPU from the peer that answers. */
+static void ho_wait_attached(struct ffile *f, struct stream *s)
 {
 	uint64_t end = clock_now_ns() + HO_MOVE_NS;
+	struct waiter *w = wait_self();
 	for (;;) {
 		ferry_lock();
 		stream_run_once(ferry.rpc);
@@ -615,7 +619,19 @@ static void ho_wait_attached(struct stream *s)
 		ferry_unlock();
 		if (done || clock_now_ns() > end)
 			return;
-		sched_yield();
+		struct wait_node node;
+		if (w)
+			wait_link(f, &node, w);
+		ferry_lock();
+		done = !s->attaching; /* answered before the link: no wake comes */
+		ferry_unlock();
+		if (!done) {
+			struct pollfd room[2];
+			struct timespec ts;
+			wait_block(w, room, 0, wait_remaining(end, &ts), NULL);
+		}
+		if (w)
+			wait_unlink(f, &node);
 	}
 }
 
@@ -668,7 +684,7 @@ void handover_adopt(struct ffile *f)
 		__atomic_store_n(&f->mask, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP,
 				 __ATOMIC_RELEASE);
 	} else {
-		ho_wait_attached(s);
+		ho_wait_attached(f, s);
 		stats_inc(ferry_stats()->streams_taken_over);
 		log_debug("handover: took over a stream from process %d", (int)sk->remote_pid);
 	}

@@ -419,10 +419,12 @@ static struct ffile *fepoll_convert(int epfd, int *err)
 	return f;
 }
 
+/* Walks the file's items, not the instance's: a file is in few sets, while
+ * an instance may hold every connection of the process (file wlock). */
 static struct epitem *ep_find(struct fepoll *ep, int fd, struct ffile *f)
 {
-	for (struct epitem *it = ep->items; it; it = it->enext)
-		if (it->fd == fd && it->file == f)
+	for (struct epitem *it = f->epitems; it; it = it->fnext)
+		if (it->ep == ep && it->fd == fd)
 			return it;
 	return NULL;
 }

@@ -65,6 +65,14 @@ struct fepoll {
 	struct epitem *oneshots; /* by token */
 };
 
+/* Items this thread examined in the lists; see epoll_items_examined. */
+static __thread unsigned long ep_examined __attribute__((tls_model("initial-exec")));
+
+unsigned long epoll_items_examined(void)
+{
+	return ep_examined;
+}
+
 /* Tags for our own fds in a kernel instance: addresses nothing else has. */
 static char ep_wake_tag, ep_notify_tag, ep_oneshot_tag;
 
@@ -167,6 +175,7 @@ void epoll_file_event(struct ffile *f, uint32_t mask, uint32_t events)
 {
 	bool exclusive_woken = false;
 	for (struct epitem *it = f->epitems; it; it = it->fnext) {
+		ep_examined++;
 		if (it->disabled)
 			continue;
 		uint32_t want = item_want(it);
@@ -195,6 +204,7 @@ void epoll_file_quiet(struct ffile *f)
 		struct epitem *r = ep->rhead;
 		while (r) {
 			struct epitem *next = r->rnext;
+			ep_examined++;
 			if (r->disabled || !(ffile_mask(r->file) & item_want(r)))
 				ready_unlink(ep, r);
 			r = next;
@@ -423,9 +433,11 @@ static struct ffile *fepoll_convert(int epfd, int *err)
  * an instance may hold every connection of the process (file wlock). */
 static struct epitem *ep_find(struct fepoll *ep, int fd, struct ffile *f)
 {
-	for (struct epitem *it = f->epitems; it; it = it->fnext)
+	for (struct epitem *it = f->epitems; it; it = it->fnext) {
+		ep_examined++;
 		if (it->ep == ep && it->fd == fd)
 			return it;
+	}
 	return NULL;
 }
 
@@ -605,6 +617,7 @@ static int ep_harvest(struct fepoll *ep, struct epoll_event *out, int max)
 	struct epitem *it = ep->rhead;
 	while (it && n < max) {
 		struct epitem *next = it->rnext;
+		ep_examined++;
 		uint32_t m = it->disabled ? 0 : ffile_mask(it->file) & item_want(it);
 		ready_unlink(ep, it);
 		if (m) {

@@ -49,6 +49,10 @@ int fepoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 int fepoll_wait(int epfd, struct epoll_event *events, int max, const struct timespec *timeout,
 		const sigset_t *sigmask);
 
+/* The items this thread has examined in epoll's lists so far: what an
+ * event or a call costs, which must not grow with an instance's size. */
+unsigned long epoll_items_examined(void);
+
 /* In a fork child: the threads that slept on the instance are gone, and so
  * is their claim on the nic's fd (the kernel instance, shared with the
  * parent, is left as it is). */

@@ -41,11 +41,8 @@ while [ $# -gt 0 ]; do
 	*) echo "compare.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
-builddir=$(cd "$builddir" && pwd) || exit 2
-ferry_run=$builddir/ferry-run
-[ -x "$ferry_run" ] || { echo "compare.sh: no ferry-run in $builddir: build first (make)" >&2; exit 2; }
-lib=$("$ferry_run" --print-lib | cut -f1)
-[ -f "$lib" ] || { echo "compare.sh: $lib is not built" >&2; exit 2; }
+. "$(dirname "$0")/lib.sh"
+bench_build "$builddir"
 for b in redis-server redis-benchmark ss; do
 	command -v $b >/dev/null || { echo "compare.sh: $b is not installed" >&2; exit 2; }
 done
@@ -53,9 +50,7 @@ done
 if [ "$transports" = none ]; then
 	transports=
 elif [ -z "$transports" ]; then
-	transports=udp
-	FERRY_TRANSPORT=softib "$ferry_run" --transport softib --check >/dev/null 2>&1 &&
-		transports="udp softib"
+	transports=$(default_transports)
 fi
 memc=
 command -v memcaslap >/dev/null && memc=memcaslap
@@ -72,36 +67,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-
-free_port() {
-	while :; do
-		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
-		ss -Htuan | awk '{print $5}' | grep -q ":$p\$" || { echo $p; return; }
-	done
-}
-wait_listen() {
-	i=0
-	until ss -Hltn "sport = :$1" | grep -q LISTEN; do
-		i=$((i + 1)); [ $i -lt 200 ] || return 1; sleep 0.05
-	done
-}
-
-# with MODE CMD...: CMD plainly (kernel) or preloaded over transport MODE,
-# counters to $work/stats-$tag-<pid>.json.
-with() {
-	mode=$1
-	shift
-	if [ "$mode" = kernel ]; then
-		"$@"
-	else
-		"$ferry_run" --transport "$mode" --stats "$work/stats-$tag-%p.json" "$@"
-	fi
-}
-
-stat_sum() { # key tag
-	cat "$work"/stats-$2-*.json 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2 |
-		awk '{s += $1} END {print s + 0}'
-}
 
 # server_start MODE TRACE(yes/no) KIND: starts redis or memcached, sets port/server_pid.
 server_start() {
@@ -165,14 +130,6 @@ memc_run() {
 		sed -n 's/^Time to get *\([0-9]*\) keys.* \([0-9.]*\) seconds\./\1 \2/p' "$work/memc.log" |
 			awk '{ if ($2 > 0) printf "%d\n", $1 / $2; else print 0 }'
 	fi
-}
-
-# Whether the last client run rode ferry: "" if so, else a marker.
-path_mark() {
-	[ "$1" = kernel ] && return
-	c=$(stat_sum streams_connected cli)
-	f=$(stat_sum fallbacks cli)
-	if [ "$c" -eq 0 ] || [ "$f" -gt 0 ]; then echo " FALLBACK($f)"; fi
 }
 
 # The median of each column of a file of runs (one run per line).

@@ -1,0 +1,69 @@
+# bench/lib.sh: what the bench scripts share; sourced, not run.
+# Needs $work (a scratch directory) before with/stat_sum are used.
+
+# bench_build DIR: checks DIR is a built tree; sets builddir, ferry_run, lib.
+bench_build() {
+	builddir=$(cd "$1" && pwd) || exit 2
+	ferry_run=$builddir/ferry-run
+	[ -x "$ferry_run" ] || { echo "$0: no ferry-run in $builddir: build first (make)" >&2; exit 2; }
+	lib=$("$ferry_run" --print-lib | cut -f1)
+	[ -f "$lib" ] || { echo "$0: $lib is not built" >&2; exit 2; }
+}
+
+# A port no TCP or UDP socket of the host uses.
+free_port() {
+	while :; do
+		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
+		ss -Htuan | awk '{print $5}' | grep -q ":$p\$" || { echo $p; return; }
+	done
+}
+
+wait_listen() {
+	i=0
+	until ss -Hltn "sport = :$1" | grep -q LISTEN; do
+		i=$((i + 1)); [ $i -lt 200 ] || return 1; sleep 0.05
+	done
+}
+
+# with MODE CMD...: CMD plainly (kernel) or preloaded over transport MODE,
+# counters to $work/stats-$tag-<pid>.json.
+with() {
+	mode=$1
+	shift
+	if [ "$mode" = kernel ]; then
+		"$@"
+	else
+		"$ferry_run" --transport "$mode" --stats "$work/stats-$tag-%p.json" "$@"
+	fi
+}
+
+# serve MODE LOG CMD...: starts CMD in the background as with does, output to
+# LOG; server_pid is the process itself (not a subshell), so it can be measured.
+serve() {
+	mode=$1
+	log=$2
+	shift 2
+	[ "$mode" != kernel ] && set -- "$ferry_run" --transport "$mode" --stats "$work/stats-$tag-%p.json" "$@"
+	"$@" >"$log" 2>&1 &
+	server_pid=$!
+}
+
+stat_sum() { # key tag
+	cat "$work"/stats-$2-*.json 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2 |
+		awk '{s += $1} END {print s + 0}'
+}
+
+# Whether the last run tagged $2 rode ferry over mode $1: "" if so, else a marker.
+path_mark() {
+	[ "$1" = kernel ] && return
+	c=$(stat_sum streams_connected "${2:-cli}")
+	f=$(stat_sum fallbacks "${2:-cli}")
+	if [ "$c" -eq 0 ] || [ "$f" -gt 0 ]; then echo " FALLBACK($f)"; fi
+}
+
+# The transports to measure when none were named: udp, and softib where it works.
+default_transports() {
+	t=udp
+	FERRY_TRANSPORT=softib "$ferry_run" --transport softib --check >/dev/null 2>&1 && t="udp softib"
+	echo "$t"
+}

@@ -25,19 +25,21 @@
 #define IO_IOV_STACK 16
 #define IO_BOUNCE (64u << 10)
 
-enum io_route { IO_FERRY, IO_KERNEL };
+static bool io_state_is_ferry(enum fsock_state state)
+{
+	return state == FSOCK_STREAM || state == FSOCK_CONNECTING || state == FSOCK_FAILED;
+}
 
-/* Whether f's data calls are ferry's, and its stream if so. */
-static enum io_route io_route(struct ffile *f, struct stream **out, int *state)
+/*
+ * Whether f's data calls are ferry's. Read without the endpoint lock: the
+ * state of a socket with data moving is settled, and a stale answer is
+ * caught under the lock by ferry_transfer, which sends the call to the
+ * kernel (IO_GONE) if the socket is not ferry's after all.
+ */
+static bool io_is_ferry(struct ffile *f)
 {
 	struct fsock *sk = f->priv;
-	ferry_lock();
-	*state = sk->state;
-	*out = sk->stream;
-	ferry_unlock();
-	if (*state == FSOCK_STREAM || *state == FSOCK_CONNECTING || *state == FSOCK_FAILED)
-		return IO_FERRY;
-	return IO_KERNEL;
+	return io_state_is_ferry(__atomic_load_n(&sk->state, __ATOMIC_RELAXED));
 }
 
 /* A private copy of iov that can be advanced past bytes already moved. */
@@ -90,45 +92,25 @@ static size_t iov_total(const struct iovec *iov, int n)
  * there. Never returned to the application. */
 #define IO_GONE (-EXDEV)
 
-/* Waits for a connect in progress (blocking) or says -EAGAIN. */
-static int io_wait_open(struct ffile *f, struct fsock *sk, bool nonblock, uint64_t deadline)
-{
-	for (;;) {
-		ferry_lock();
-		bool opening = sk->state == FSOCK_CONNECTING ||
-			       (sk->state == FSOCK_STREAM && sk->stream->state == STREAM_OPENING);
-		ferry_unlock();
-		if (__atomic_load_n(&sk->kernel_gone, __ATOMIC_ACQUIRE))
-			return IO_GONE;
-		if (!opening)
-			return 0;
-		if (nonblock)
-			return -EAGAIN;
-		int rc = sock_wait(f, EPOLLOUT, deadline, -1, 0);
-		if (rc < 0)
-			return rc;
-	}
-}
+/* io_stream_locked: a connect or the stream's OPEN is under way. */
+#define IO_OPENING (-EINPROGRESS)
 
-/* Waits for a connecting stream to open, then gives it in *out; a failed
- * one reports its pending error once, else no_stream_err (ENOTCONN for a
- * receive, EPIPE for a send, as the kernel answers). */
-static int io_stream(struct ffile *f, struct fsock *sk, bool nonblock, uint64_t deadline,
-		     int no_stream_err, struct stream **out)
+/* With the endpoint lock: sk's open stream in *out; IO_OPENING; IO_GONE;
+ * or for a failed socket its pending error once, else no_stream_err
+ * (ENOTCONN for a receive, EPIPE for a send, as the kernel answers). */
+static int io_stream_locked(struct fsock *sk, int no_stream_err, struct stream **out)
 {
-	int rc = io_wait_open(f, sk, nonblock, deadline);
-	if (rc)
-		return rc;
-	ferry_lock();
-	struct stream *s = sk->stream;
-	if (sk->state == FSOCK_FAILED || !s) {
+	if (__atomic_load_n(&sk->kernel_gone, __ATOMIC_ACQUIRE) || !io_state_is_ferry(sk->state))
+		return IO_GONE;
+	if (sk->state == FSOCK_CONNECTING ||
+	    (sk->state == FSOCK_STREAM && sk->stream->state == STREAM_OPENING))
+		return IO_OPENING;
+	if (sk->state == FSOCK_FAILED || !sk->stream) {
 		int e = sk->so_error;
 		sk->so_error = 0;
-		ferry_unlock();
 		return e ? -e : -no_stream_err;
 	}
-	ferry_unlock();
-	*out = s;
+	*out = sk->stream;
 	return 0;
 }
 
@@ -153,21 +135,12 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 	bool nonblock = ffile_nonblock(f) || (flags & MSG_DONTWAIT);
 	uint64_t timeo_ns = send ? sk->sndtimeo_ns : sk->rcvtimeo_ns;
 	uint64_t deadline = sock_deadline(timeo_ns);
-	struct stream *s;
-	/* no stream: ENOTCONN for a receive, EPIPE for a send, as the kernel */
-	int rc = io_stream(f, sk, nonblock, deadline, send ? EPIPE : ENOTCONN, &s);
-	if (rc)
-		return rc;
 	struct iov_cursor cur;
-	rc = cursor_init(&cur, iov, iovcnt);
+	int rc = cursor_init(&cur, iov, iovcnt);
 	if (rc)
 		return rc;
 	struct iovec *base = cur.v;
 	size_t want = iov_total(iov, iovcnt), done = 0;
-	if (want == 0 && !send) {
-		cursor_free(&cur, base);
-		return 0; /* as tcp_recvmsg: nothing asked, nothing waited for */
-	}
 	if (send && (nonblock ? pthread_mutex_trylock(&sk->send_lock) != 0
 			      : pthread_mutex_lock(&sk->send_lock) != 0)) {
 		cursor_free(&cur, base);
@@ -177,13 +150,23 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 	/* A send returns once some went without blocking; a receive waits for
 	 * all only under MSG_WAITALL, and never to peek. */
 	bool all = send ? !nonblock : (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
+	struct stream *s = NULL;
 	ssize_t n;
+	uint32_t wait_for = send ? EPOLLOUT : EPOLLIN | EPOLLRDHUP;
 	for (;;) {
+		/* One turn of the lock finds the stream and moves the bytes. */
 		ferry_lock();
-		n = io_step(s, &cur, send, sflags);
-		if (n == -EAGAIN) {
-			stream_run_once(ferry.rpc);
+		n = s ? 0 : io_stream_locked(sk, send ? EPIPE : ENOTCONN, &s);
+		if (n == 0 && want == 0 && !send) {
+			ferry_unlock();
+			break; /* as tcp_recvmsg: nothing asked, nothing waited for */
+		}
+		if (n == 0) {
 			n = io_step(s, &cur, send, sflags);
+			if (n == -EAGAIN) {
+				stream_run_once(ferry.rpc);
+				n = io_step(s, &cur, send, sflags);
+			}
 		}
 		ferry_unlock(); /* DATA leaves at this thread's next wait */
 		if (n > 0) {
@@ -193,9 +176,12 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 			cursor_advance(&cur, (size_t)n);
 			continue;
 		}
+		if (n == IO_OPENING)
+			n = -EAGAIN;
 		if (n != -EAGAIN || nonblock)
 			break;
-		n = sock_wait(f, send ? EPOLLOUT : EPOLLIN | EPOLLRDHUP, deadline, -1, 0);
+		/* An open under way is waited for as a connect is: writable. */
+		n = sock_wait(f, s ? wait_for : EPOLLOUT, deadline, -1, 0);
 		if (n == -EINTR && !timeo_ns && wait_signals_restart())
 			n = 0;
 		if (n < 0)
@@ -229,9 +215,7 @@ static struct ffile *io_file(int fd)
 		return NULL;
 	if (f->kind == FFILE_DEAD)
 		return f;
-	struct stream *s;
-	int state;
-	if (io_route(f, &s, &state) == IO_KERNEL) {
+	if (!io_is_ferry(f)) {
 		sock_kernel_own(f, fd); /* a send may connect (MSG_FASTOPEN) */
 		ffile_put(&fdtab, f);
 		return NULL;

@@ -42,17 +42,24 @@ static void client_push(struct rpc *rpc, struct session *s, struct client_slot *
 	}
 }
 
+/* The lowest busy slot above the one at i (-1: from the first), or -1. */
+static int next_busy(const struct session *s, int i)
+{
+	uint64_t m = i < 0 ? s->busy_mask : i >= 63 ? 0 : s->busy_mask & (~0ull << (i + 1));
+	return m ? __builtin_ctzll(m) : -1;
+}
+
 void client_push_all(struct rpc *rpc, struct session *s)
 {
-	for (uint32_t i = 0; i < s->n_client_slots && s->credits > 0; i++)
-		if (s->cslots[i].busy)
-			client_push(rpc, s, &s->cslots[i]);
+	for (int i = next_busy(s, -1); i >= 0 && s->credits > 0; i = next_busy(s, i))
+		client_push(rpc, s, &s->cslots[i]);
 }
 
 static void client_start(struct rpc *rpc, struct session *s, struct client_slot *cs,
 			 uint8_t req_type, struct msgbuf *req, rpc_cont_fn cont, void *tag)
 {
 	cs->busy = true;
+	s->busy_mask |= 1ull << (cs - s->cslots);
 	cs->rolled_back = false;
 	cs->probing = false;
 	cs->timeouts = 0;
@@ -82,10 +89,9 @@ static void client_start(struct rpc *rpc, struct session *s, struct client_slot 
 
 static struct client_slot *free_slot(struct session *s)
 {
-	for (uint32_t i = 0; i < s->n_client_slots; i++)
-		if (!s->cslots[i].busy)
-			return &s->cslots[i];
-	return NULL;
+	uint64_t all = s->n_client_slots >= 64 ? ~0ull : (1ull << s->n_client_slots) - 1;
+	uint64_t free = ~s->busy_mask & all;
+	return free ? &s->cslots[__builtin_ctzll(free)] : NULL;
 }
 
 void client_pump_backlog(struct rpc *rpc, struct session *s)
@@ -170,6 +176,7 @@ static void client_complete(struct rpc *rpc, struct session *s, struct client_sl
 	void *tag = cs->tag;
 	struct msgbuf *reassembled = cs->resp;
 	cs->busy = false;
+	s->busy_mask &= ~(1ull << (cs - s->cslots));
 	cs->resp = NULL;
 	cs->req = NULL;
 	cs->req_num += s->n_client_slots;
@@ -283,7 +290,7 @@ void client_check_timeouts(struct rpc *rpc)
 {
 	uint64_t rto = (uint64_t)rpc->cfg->rto_us * 1000u;
 	for (struct session *s = rpc->active; s; s = s->active_next) {
-		for (uint32_t i = 0; i < s->n_client_slots; i++) {
+		for (int i = next_busy(s, -1); i >= 0; i = next_busy(s, i)) {
 			struct client_slot *cs = &s->cslots[i];
 			/* Back off while nothing comes back: a peer that is only
 			 * descheduled should not be flooded with copies. */
@@ -307,9 +314,8 @@ void client_check_timeouts(struct rpc *rpc)
 
 void client_fail_all(struct rpc *rpc, struct session *s, int err)
 {
-	for (uint32_t i = 0; i < s->n_client_slots; i++)
-		if (s->cslots[i].busy)
-			client_complete(rpc, s, &s->cslots[i], err, NULL);
+	for (int i = next_busy(s, -1); i >= 0; i = next_busy(s, i))
+		client_complete(rpc, s, &s->cslots[i], err, NULL);
 	while (s->backlog_len > 0) {
 		struct backlog_entry e = s->backlog[s->backlog_head];
 		s->backlog_head = (s->backlog_head + 1) % s->backlog_cap;

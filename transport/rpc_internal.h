@@ -126,6 +126,9 @@ struct session {
 	struct backlog_entry *backlog;
 	uint32_t backlog_head, backlog_len, backlog_cap;
 	uint32_t busy_slots;
+	/* Bit i: cslots[i] is busy. An answer or a timer visits the slots
+	 * in flight, not all of them (FERRY_SLOTS is at most 64). */
+	uint64_t busy_mask;
 	struct timely timely;
 	uint64_t next_tx_ns;   /* pacing: when the next paced packet may leave */
 	uint64_t rx_ns;        /* a valid packet last came in (rpc_session_rx_ns) */

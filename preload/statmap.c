@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "preload/ferry.h"
 #include "preload/listener.h"
 #include "preload/statmap_layout.h"
+#include "transport/clock.h"
 #include "preload/stream.h"
 #include "transport/log.h"
 #include "transport/procinfo.h"
@@ -66,6 +68,26 @@ static void statmap_sweep(unsigned uid)
 	closedir(d);
 }
 
+/*
+ * When this process, or the ancestor it was forked from, last swept. A fork
+ * child inherits it: a server that forks per connection (postgres, inetd)
+ * would otherwise list /dev/shm and signal every file's owner once per
+ * connection, for files its own sweep removed moments ago.
+ */
+#define STATMAP_SWEEP_EVERY_NS (10ull * 1000000000ull)
+static uint64_t sm_swept_ns;
+static bool sm_swept;
+
+static void statmap_sweep_now_and_then(unsigned uid)
+{
+	uint64_t now = clock_now_ns();
+	if (sm_swept && now - sm_swept_ns < STATMAP_SWEEP_EVERY_NS)
+		return;
+	statmap_sweep(uid);
+	sm_swept = true;
+	sm_swept_ns = now;
+}
+
 /* The socket a reader wakes us on: abstract, so it goes with the process. */
 static int statmap_wake_open(unsigned uid, pid_t pid)
 {
@@ -86,7 +108,7 @@ struct ferry_stats *statmap_open(void)
 {
 	unsigned uid = (unsigned)getuid();
 	pid_t pid = getpid();
-	statmap_sweep(uid);
+	statmap_sweep_now_and_then(uid);
 	statmap_path(sm_path, sizeof(sm_path), uid, pid);
 	/* Ours from an image before exec (same pid), or a dead one's. O_EXCL
 	 * and O_NOFOLLOW: /dev/shm is everyone's, and a file someone else

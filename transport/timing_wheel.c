@@ -29,6 +29,9 @@ struct timing_wheel {
 	uint32_t n_slots;
 	uint32_t count;
 	uint32_t free_head;
+	/* Entries below this have been used; the rest are handed out in order,
+	 * so a wheel touches its pool's pages only as it fills. */
+	uint32_t fresh, capacity;
 	uint32_t n_words;
 	struct wheel_slot *slots;
 	uint64_t *occupied; /* bit i set <=> slots[i] is not empty */
@@ -49,6 +52,10 @@ struct timing_wheel *wheel_create(uint64_t slot_ns, uint32_t n_slots, uint32_t c
 	w->n_words = (n_slots + 63) / 64;
 	w->cur_abs = now_ns / slot_ns;
 	w->cur_idx = (uint32_t)(w->cur_abs % n_slots);
+	/* Neither the slots nor the pool is written here: the bitmap says
+	 * which slots hold anything, and the pool is handed out in order. A
+	 * process starts an endpoint per fork child (postgres, inetd), and
+	 * writing both up front cost every child 80 pages. */
 	w->slots = malloc((size_t)n_slots * sizeof(*w->slots));
 	w->occupied = calloc(w->n_words, sizeof(*w->occupied));
 	w->pool = malloc((size_t)capacity * sizeof(*w->pool));
@@ -56,11 +63,8 @@ struct timing_wheel *wheel_create(uint64_t slot_ns, uint32_t n_slots, uint32_t c
 		wheel_destroy(w);
 		return NULL;
 	}
-	for (uint32_t i = 0; i < n_slots; i++)
-		w->slots[i] = (struct wheel_slot){.head = WHEEL_NIL, .tail = WHEEL_NIL};
-	for (uint32_t i = 0; i < capacity; i++)
-		w->pool[i].next = i + 1 < capacity ? i + 1 : WHEEL_NIL;
-	w->free_head = 0;
+	w->free_head = WHEEL_NIL;
+	w->capacity = capacity;
 	return w;
 }
 
@@ -121,7 +125,7 @@ static void wheel_advance(struct timing_wheel *w, uint64_t dist)
 int wheel_insert(struct timing_wheel *w, uint64_t tx_ns, const struct wheel_pkt *pkt)
 {
 	uint32_t e = w->free_head;
-	if (e == WHEEL_NIL)
+	if (e == WHEEL_NIL && w->fresh == w->capacity)
 		return -ENOBUFS;
 	uint64_t abs = tx_ns / w->slot_ns;
 	uint64_t dist = abs > w->cur_abs ? abs - w->cur_abs : 0;
@@ -129,11 +133,14 @@ int wheel_insert(struct timing_wheel *w, uint64_t tx_ns, const struct wheel_pkt 
 		dist = w->n_slots - 1;
 	uint32_t idx = wheel_index_after(w, (uint32_t)dist);
 
-	w->free_head = w->pool[e].next;
+	if (e == WHEEL_NIL)
+		e = w->fresh++;
+	else
+		w->free_head = w->pool[e].next;
 	w->pool[e].pkt = *pkt;
 	w->pool[e].next = WHEEL_NIL;
 	struct wheel_slot *s = &w->slots[idx];
-	if (s->tail == WHEEL_NIL) {
+	if (!(w->occupied[idx / 64] & (1ull << (idx % 64)))) {
 		s->head = e;
 		w->occupied[idx / 64] |= 1ull << (idx % 64);
 	} else {

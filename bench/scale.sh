@@ -6,7 +6,8 @@
 # each ferry transport in turn, and prints requests per second, ferry's ratio
 # to the kernel, p50 and p99 latency, and the server's resident memory per
 # connection (its peak RSS during the run less its RSS before, divided by
-# the clients; socket buffers the kernel holds are not in it). Then sockperf
+# the clients, from 200 clients up; socket buffers the kernel holds are not
+# in it). Then sockperf
 # ping-pong, TCP, 64 B, for the kernel and each transport, next to the bare
 # references: bench/udp_pingpong (a busy-polled UDP ping-pong) and
 # bench/shm_pingpong (two processes on one cache line). sockperf reports
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
 	-c) counts=$2; shift 2 ;;
 	-o) outdir=$2; shift 2 ;;
 	-s) secs=$2; shift 2 ;;
-	-h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "scale.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -116,8 +117,8 @@ echo "# clients $(for m in $modes; do printf '%s_rps %s_p50_ms %s_p99_ms %s_rss_
 table=$work/table
 : >"$table"
 for c in $counts; do
-	if [ $((c * 2 + 64)) -gt "$fd_limit" ]; then
-		echo "note: -c $c needs about $((c * 2 + 64)) open files; the limit is $fd_limit: skipped" >&2
+	if [ $((c + 100)) -gt "$fd_limit" ]; then
+		echo "note: -c $c needs about $((c + 100)) open files; the limit is $fd_limit: skipped" >&2
 		continue
 	fi
 	row="$c"
@@ -129,8 +130,11 @@ for c in $counts; do
 		row="$row $1 $2 $3 $4"
 		[ "$m" = kernel ] && krps=$1
 		mark=$(path_mark "$m")
-		cell="$1 ($2/$3 ms, $4 B/conn)"
-		[ "$m" != kernel ] && cell="$1 $(ratio "$1" "$krps")x ($2/$3 ms, $4 B/conn)$mark"
+		# Below 200 clients the start-up's allocations swamp the share of one.
+		mem="$4 B/conn"
+		[ "$c" -lt 200 ] && mem="-"
+		cell="$1 ($2/$3 ms, $mem)"
+		[ "$m" != kernel ] && cell="$1 $(ratio "$1" "$krps")x ($2/$3 ms, $mem)$mark"
 		line="$line | $cell"
 	done
 	echo "$row" >>"$dat"

@@ -114,7 +114,7 @@ static void ferry_drain_sleep(void)
 	sys()->ppoll(&p, 1, &grain, NULL);
 }
 
-static void ferry_atexit(void)
+void ferry_exit_drain(void)
 {
 	if (ferry_state() == FERRY_ON && ferry_lock_depth == 0) {
 		/*
@@ -149,6 +149,11 @@ static void ferry_atexit(void)
 	if (ferry_dump_at_exit && ferry_state() != FERRY_FORKED)
 		ferry_stats_dump();
 	statmap_close();
+}
+
+static void ferry_atexit(void)
+{
+	ferry_exit_drain();
 }
 
 static void ferry_dump_signal(int sig)

@@ -72,4 +72,14 @@ void ferry_flush(void);
 /* Marks the fork child's state (fork.c). */
 void ferry_forked_child(void);
 
+/*
+ * The process is leaving: what its streams hold goes to the peers, then
+ * their ends, waiting at most 2 s for the answers; the counters are written
+ * and ferry-stat's file removed. Run by exit's handlers and by _exit (exit.c).
+ */
+void ferry_exit_drain(void);
+
+/* Ends the process as _exit does, without the drain. */
+_Noreturn void ferry_exit_plain(int status);
+
 #endif

@@ -163,7 +163,7 @@ FERRY_EXPORT int daemon(int nochdir, int noclose)
 	if (pid < 0)
 		return -1;
 	if (pid > 0)
-		_exit(0);
+		ferry_exit_plain(0); /* the child carries on with everything */
 	if (setsid() < 0)
 		return -1;
 	if (!nochdir && chdir("/") != 0)

@@ -24,6 +24,7 @@ libferry_preload_la_SOURCES = \
 	preload/sockaddr.c preload/sockaddr.h preload/localaddr.c preload/localaddr.h \
 	preload/io.c \
 	preload/progress.c preload/progress.h \
+	preload/exit.c \
 	preload/fork.c \
 	preload/ferry.c preload/ferry.h
 libferry_preload_la_SOURCES += preload/phpool.c preload/phpool.h

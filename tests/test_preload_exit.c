@@ -1,0 +1,109 @@
+/*
+ * Bytes a process wrote before it left are delivered, then the end of the
+ * stream, however it leaves: exit runs the drain as an exit handler, and
+ * _exit and _Exit, which run none, drain too. The kernel keeps a closed
+ * socket's buffer until the peer has it; inetd-style helpers and fork
+ * children write their answer and _exit.
+ */
+#include "autoconfig.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "preload/ferry.h"
+#include "preload_proc_util.h"
+#include "transport/stats.h"
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+	(void)set;
+	criterion_options.jobs = 1;
+}
+
+/* Within one stream window (256 KiB), so every write returns while the
+ * reader reads nothing: the writer leaves with all of it unread. */
+#define EXIT_BYTES (200u * 1024u)
+
+enum leave { LEAVE_EXIT, LEAVE__EXIT, LEAVE__EXIT_C99 };
+
+static unsigned char byte_at(size_t i)
+{
+	return (unsigned char)(i * 7u + 3u);
+}
+
+/* In the child: connects, writes EXIT_BYTES and leaves at once as asked,
+ * closing nothing itself. */
+static void write_and_leave(const struct sockaddr_in *a, enum leave how)
+{
+	alarm(20);
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	if (c < 0 || connect(c, (const struct sockaddr *)a, sizeof(*a)) != 0)
+		_exit(2);
+	static unsigned char buf[EXIT_BYTES];
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = byte_at(i);
+	for (size_t done = 0; done < sizeof(buf);) {
+		ssize_t n = write(c, buf + done, sizeof(buf) - done);
+		if (n <= 0)
+			_exit(3);
+		done += (size_t)n;
+	}
+	struct ferry_stats *st = ferry_stats();
+	int code = st && st->streams_connected == 1 ? 0 : 4;
+	switch (how) {
+	case LEAVE_EXIT: exit(code);
+	case LEAVE__EXIT: _exit(code);
+	case LEAVE__EXIT_C99: _Exit(code);
+	}
+}
+
+static void all_bytes_then_eof(enum leave how)
+{
+	env_udp();
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
+	cr_assert_eq(ferry_state(), FERRY_ON);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		write_and_leave(&a, how);
+	int s = accept(lis, NULL, NULL);
+	cr_assert_geq(s, 0, "accept: %s", strerror(errno));
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the writer ended with %#x",
+		  status);
+	size_t got = 0;
+	unsigned char b[8192];
+	ssize_t n;
+	while ((n = read(s, b, sizeof(b))) > 0) {
+		for (ssize_t i = 0; i < n; i++)
+			cr_assert_eq(b[i], byte_at(got + (size_t)i), "byte %zu", got + (size_t)i);
+		got += (size_t)n;
+	}
+	cr_expect_eq(n, 0, "the stream ended with %s, not its end", strerror(errno));
+	cr_expect_eq(got, EXIT_BYTES, "%zu of %u bytes arrived", got, EXIT_BYTES);
+	close(s);
+	close(lis);
+}
+
+Test(exit, bytes_written_before_exit_arrive_then_eof, .timeout = 30)
+{
+	all_bytes_then_eof(LEAVE_EXIT);
+}
+
+Test(exit, bytes_written_before__exit_arrive_then_eof, .timeout = 30)
+{
+	all_bytes_then_eof(LEAVE__EXIT);
+}
+
+Test(exit, bytes_written_before__Exit_arrive_then_eof, .timeout = 30)
+{
+	all_bytes_then_eof(LEAVE__EXIT_C99);
+}

@@ -43,9 +43,7 @@ while [ $# -gt 0 ]; do
 done
 . "$(dirname "$0")/lib.sh"
 bench_build "$builddir"
-for b in redis-server redis-benchmark ss; do
-	command -v $b >/dev/null || { echo "compare.sh: $b is not installed" >&2; exit 2; }
-done
+bench_need redis-server redis-benchmark ss
 [ $use_strace = yes ] && ! command -v strace >/dev/null && use_strace=no
 if [ "$transports" = none ]; then
 	transports=
@@ -57,16 +55,8 @@ command -v memcaslap >/dev/null && memc=memcaslap
 [ -z "$memc" ] && command -v memcslap >/dev/null && memc=memcslap
 command -v memcached >/dev/null || memc=
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-compare.XXXXXX")
-chmod 1777 "$work"
-server_pid=
-cleanup() {
-	[ -n "$server_pid" ] && kill -TERM $server_pid 2>/dev/null
-	[ -n "${pgdir:-}" ] && pg_stop
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+bench_workdir compare
+bench_cleanup_more() { [ -n "${pgdir:-}" ] && pg_stop; }
 
 # server_start MODE TRACE(yes/no) KIND: starts redis or memcached, sets port/server_pid.
 server_start() {

@@ -31,22 +31,12 @@ while [ $# -gt 0 ]; do
 done
 . "$(dirname "$0")/lib.sh"
 bench_build "$builddir"
-for b in redis-server redis-benchmark ss valgrind strace; do
-	command -v $b >/dev/null || { echo "cost.sh: $b is not installed" >&2; exit 2; }
-done
+bench_need redis-server redis-benchmark ss valgrind strace
 [ -z "$transports" ] && transports=$(default_transports)
 FERRY_SPIN_US=0
 export FERRY_SPIN_US
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-cost.XXXXXX")
-chmod 1777 "$work"
-server_pid=
-cleanup() {
-	[ -n "$server_pid" ] && kill -TERM $server_pid 2>/dev/null
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+bench_workdir cost
 
 callgrind() { echo valgrind --tool=callgrind --callgrind-out-file="$work/cg.out"; }
 strace_c() { echo strace -f -c -o "$work/strace.txt"; }

@@ -10,6 +10,29 @@ bench_build() {
 	[ -f "$lib" ] || { echo "$0: $lib is not built" >&2; exit 2; }
 }
 
+# bench_need PROGRAM...: says which is missing, if one is.
+bench_need() {
+	for b in "$@"; do
+		command -v "$b" >/dev/null || { echo "$(basename "$0"): $b is not installed" >&2; exit 2; }
+	done
+}
+
+# bench_workdir NAME: a scratch directory, $work, removed at exit after the
+# server ($server_pid) is stopped and bench_cleanup_more, if defined, has run.
+bench_workdir() {
+	work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-$1.XXXXXX")
+	chmod 1777 "$work"
+	server_pid=
+	trap bench_cleanup EXIT
+	trap 'exit 1' INT TERM
+}
+
+bench_cleanup() {
+	[ -n "$server_pid" ] && kill -TERM $server_pid 2>/dev/null
+	command -v bench_cleanup_more >/dev/null && bench_cleanup_more
+	rm -rf "$work"
+}
+
 # A port no TCP or UDP socket of the host uses.
 free_port() {
 	while :; do

@@ -45,23 +45,13 @@ while [ $# -gt 0 ]; do
 done
 . "$(dirname "$0")/lib.sh"
 bench_build "$builddir"
-for b in redis-server redis-benchmark ss; do
-	command -v $b >/dev/null || { echo "scale.sh: $b is not installed" >&2; exit 2; }
-done
+bench_need redis-server redis-benchmark ss
 [ -z "$transports" ] && transports=$(default_transports)
 mkdir -p "$outdir" && outdir=$(cd "$outdir" && pwd) || exit 2
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
 fd_limit=$(ulimit -n)
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-scale.XXXXXX")
-chmod 1777 "$work"
-server_pid=
-cleanup() {
-	[ -n "$server_pid" ] && kill -TERM $server_pid 2>/dev/null
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+bench_workdir scale
 
 rss_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }
 

@@ -31,6 +31,7 @@ void ferry_config_defaults(struct ferry_config *cfg)
 	cfg->mtu = 0;
 	cfg->congestion_control = FERRY_CC_AUTO;
 	cfg->link_gbps = 25.0;
+	cfg->udp_gso = FERRY_UDP_GSO_AUTO;
 	cfg->fault.seed = 1;
 	cfg->ib_port = 0;
 	cfg->gid_index = -1;
@@ -74,6 +75,17 @@ int ferry_config_parse_uint(const char *v, unsigned long lo, unsigned long hi,
 		return -1;
 	*out = x;
 	return 0;
+}
+
+/* "auto" (0) or a boolean: on (1), off (2); -1 for anything else. */
+static int parse_auto_bool(const char *v)
+{
+	bool b;
+	if (!strcmp(v, "auto"))
+		return 0;
+	if (ferry_config_parse_bool(v, &b))
+		return -1;
+	return b ? 1 : 2;
 }
 
 static int parse_prob(const char *v, double *out)
@@ -140,7 +152,6 @@ static int config_set(struct ferry_config *cfg, const char *name, const char *v,
 		      size_t errlen)
 {
 	unsigned long u;
-	bool b;
 
 	if (!strcmp(name, "FERRY_TRANSPORT")) {
 		const struct nic_transport *t = nic_transport_find(v);
@@ -202,16 +213,19 @@ static int config_set(struct ferry_config *cfg, const char *name, const char *v,
 			return ferry_config_refuse(err, errlen, name, v, "0 (path MTU) or bytes from 256 to 65507");
 		cfg->mtu = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_CC")) {
-		if (!strcmp(v, "auto"))
-			cfg->congestion_control = FERRY_CC_AUTO;
-		else if (ferry_config_parse_bool(v, &b))
+		int t = parse_auto_bool(v);
+		if (t < 0)
 			return ferry_config_refuse(err, errlen, name, v, "auto|on|off|1|0");
-		else
-			cfg->congestion_control = b ? FERRY_CC_ON : FERRY_CC_OFF;
+		cfg->congestion_control = t == 0 ? FERRY_CC_AUTO : t == 1 ? FERRY_CC_ON : FERRY_CC_OFF;
 	} else if (!strcmp(name, "FERRY_LINK_GBPS")) {
 		if (ferry_config_parse_uint(v, 1, 800, &u))
 			return ferry_config_refuse(err, errlen, name, v, "whole Gbit/s from 1 to 800");
 		cfg->link_gbps = (double)u;
+	} else if (!strcmp(name, "FERRY_UDP_GSO")) {
+		int t = parse_auto_bool(v);
+		if (t < 0)
+			return ferry_config_refuse(err, errlen, name, v, "auto|on|off|1|0");
+		cfg->udp_gso = t == 0 ? FERRY_UDP_GSO_AUTO : t == 1 ? FERRY_UDP_GSO_ON : FERRY_UDP_GSO_OFF;
 	} else if (!strcmp(name, "FERRY_FAULT")) {
 		if (parse_fault(v, &cfg->fault))
 			return ferry_config_refuse(err, errlen, name, v,

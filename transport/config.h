@@ -32,6 +32,13 @@ enum ferry_log_level {
  */
 enum ferry_cc_mode { FERRY_CC_AUTO, FERRY_CC_ON, FERRY_CC_OFF };
 
+/*
+ * UDP segmentation offload (nic_udp_gso.c): auto uses it where the kernel
+ * takes the socket options and says so at info level where it does not; on
+ * says that as a warning, as it was asked for; off never tries.
+ */
+enum ferry_udp_gso_mode { FERRY_UDP_GSO_AUTO, FERRY_UDP_GSO_ON, FERRY_UDP_GSO_OFF };
+
 /* Test-only fault injection on the receive path (FERRY_FAULT). */
 struct ferry_fault_config {
 	double drop, dup, reorder; /* probabilities in [0, 1] */
@@ -54,6 +61,7 @@ struct ferry_config {
 	unsigned mtu;                       /* FERRY_MTU: packet size; 0 = path MTU */
 	enum ferry_cc_mode congestion_control; /* FERRY_CC: Timely + pacing */
 	double link_gbps;                   /* FERRY_LINK_GBPS: Timely's line rate */
+	enum ferry_udp_gso_mode udp_gso;    /* FERRY_UDP_GSO */
 	struct ferry_fault_config fault;    /* FERRY_FAULT */
 
 	char device[64];                    /* FERRY_DEVICE: verbs device name, "" = first */

@@ -36,6 +36,7 @@ Test(config, defaults_without_environment)
 	cr_assert_eq(cfg.transport, FERRY_TRANSPORT_AUTO);
 	cr_assert_eq(cfg.session_slots, 8);
 	cr_assert_eq(cfg.session_credits, 32);
+	cr_assert_eq(cfg.udp_gso, FERRY_UDP_GSO_AUTO);
 	cr_assert(preload_config_port_allowed(&pc, 6379));
 }
 
@@ -46,6 +47,7 @@ Test(config, values_are_taken)
 	setenv("FERRY_ENABLE", "off", 1);
 	setenv("FERRY_FAULT", "drop=0.25,dup=0.5,seed=9", 1);
 	setenv("FERRY_CREDITS", "64", 1);
+	setenv("FERRY_UDP_GSO", "0", 1);
 	setenv("FERRY_SPIN_US", "7", 1);
 	setenv("FERRY_TEST_ANYTHING", "ignored", 1);
 	struct ferry_config cfg;
@@ -63,6 +65,7 @@ Test(config, values_are_taken)
 	cr_assert_float_eq(cfg.fault.dup, 0.5, 1e-12);
 	cr_assert_eq(cfg.fault.seed, 9);
 	cr_assert_eq(cfg.session_credits, 64);
+	cr_assert_eq(cfg.udp_gso, FERRY_UDP_GSO_OFF);
 }
 
 Test(config, bad_values_are_refused_with_what_is_accepted)
@@ -81,6 +84,7 @@ Test(config, bad_values_are_refused_with_what_is_accepted)
 	refused("FERRY_FAULT", "loss=0.1", "drop=P");
 	refused("FERRY_MTU", "100", "bytes from 256");
 	refused("FERRY_CC", "sometimes", "auto|on|off");
+	refused("FERRY_UDP_GSO", "yes please", "auto|on|off|1|0");
 	refused("FERRY_SOFTIB_FABRIC", "a/b", "without '/'");
 }
 

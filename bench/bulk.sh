@@ -39,31 +39,9 @@ bench=$builddir/bench/ferry-bench
 	{ echo "bulk.sh: no ferry-run or bench/ferry-bench in $builddir: build first (make)" >&2; exit 2; }
 command -v iperf3 >/dev/null || { echo "bulk.sh: iperf3 is not installed" >&2; exit 2; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-bulk.XXXXXX")
-tag=$$
-ns1=ferry-bulk-a-$tag ns2=ferry-bulk-b-$tag
-pids=
-cleanup() {
-	for p in $pids; do kill -KILL "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	ip netns del "$ns1" 2>/dev/null
-	ip netns del "$ns2" 2>/dev/null
-	rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
-num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" | head -1; }
-
-# The veth pair of tests/netns_lib.sh, at the documentation addresses.
-veth_up() {
-	[ "$(id -u)" -eq 0 ] && command -v ip >/dev/null || return 1
-	ip netns add "$ns1" 2>/dev/null && ip netns add "$ns2" &&
-		ip link add "bv1-$tag" type veth peer name "bv2-$tag" &&
-		ip link set "bv1-$tag" netns "$ns1" && ip link set "bv2-$tag" netns "$ns2" &&
-		ip -n "$ns1" addr add 192.0.2.1/24 dev "bv1-$tag" &&
-		ip -n "$ns2" addr add 192.0.2.2/24 dev "bv2-$tag" &&
-		ip -n "$ns1" link set lo up && ip -n "$ns2" link set lo up &&
-		ip -n "$ns1" link set "bv1-$tag" up mtu 1500 && ip -n "$ns2" link set "bv2-$tag" up mtu 1500
-}
+# The two hosts, their cleanup at exit, $work and $pids: the tests' netns_lib.sh.
+name=bulk
+FERRY_TEST_BUILDDIR=$builddir . "$(dirname "$0")/../tests/netns_lib.sh"
 
 port=$((20000 + tag % 20000))
 # iperf3 HOW SERVER-PREFIX CLIENT-PREFIX ADDR [FERRY-ENV...]: Gbit/s the
@@ -141,8 +119,9 @@ for path in $paths; do
 	case $path in
 	loopback) row "loopback, udp (Gbit/s)" udp "" "" 127.0.0.1 ;;
 	veth)
-		if veth_up; then
-			row "veth MTU 1500, udp (Gbit/s)" udp "ip netns exec $ns1" "ip netns exec $ns2" 192.0.2.1
+		if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
+			netns_setup
+			row "veth MTU 1500, udp (Gbit/s)" udp "ip netns exec $ns1" "ip netns exec $ns2" $a1
 		else
 			echo "veth: skipped (needs root and ip netns)"
 		fi ;;

@@ -47,6 +47,12 @@ static void receive_run(struct pair *p, struct nic_rx *rx, unsigned max)
 		check(&rx[i], i == N - 1 ? LAST : LEN, i); /* loopback keeps order */
 }
 
+static void post_all(struct pair *p, struct nic_rx *rx)
+{
+	for (uint32_t i = 0; i < N; i++)
+		nic_post_recvs(p->b, &rx[i].buf, 1);
+}
+
 Test(nic_udp_gso, a_run_of_equal_packets_leaves_in_one_send_and_arrives_split, .timeout = 30)
 {
 	struct pair p;
@@ -58,10 +64,9 @@ Test(nic_udp_gso, a_run_of_equal_packets_leaves_in_one_send_and_arrives_split, .
 	struct nic_rx rx[N];
 	receive_run(&p, rx, N);
 	cr_assert_eq(p.sb.udp_gro_datagrams, 1, "one coalesced receive");
-	for (uint32_t i = 0; i < N; i++) {
+	for (uint32_t i = 0; i < N; i++)
 		cr_assert_eq(rx[i].buf, rx[0].buf, "one datagram, one buffer");
-		nic_post_recvs(p.b, &rx[i].buf, 1);
-	}
+	post_all(&p, rx);
 	cr_assert_eq(p.sb.drops, 0);
 	cr_assert_eq(p.sa.udp_gso_unsupported + p.sb.udp_gso_unsupported, 0);
 	pair_close(&p);
@@ -79,8 +84,7 @@ Test(nic_udp_gso, off_sends_each_packet_alone_with_the_same_bytes, .timeout = 30
 	cr_assert_eq(p.sb.udp_gro_datagrams, 0);
 	cr_assert_eq(p.sa.udp_gso_unsupported, 0, "off is not a refusal");
 	cr_assert_neq(rx[0].buf, rx[1].buf, "a buffer per datagram");
-	for (uint32_t i = 0; i < N; i++)
-		nic_post_recvs(p.b, &rx[i].buf, 1);
+	post_all(&p, rx);
 	pair_close(&p);
 }
 
@@ -154,8 +158,7 @@ Test(nic_udp_gso, a_kernel_without_offload_falls_back_and_says_so, .timeout = 30
 	cr_assert_eq(p.sa.udp_gso_sends, 0, "plain datagrams");
 	cr_assert_eq(p.sb.udp_gro_datagrams, 0);
 	cr_assert_eq(nic_udp_tx_failures(p.a), 0);
-	for (uint32_t i = 0; i < N; i++)
-		nic_post_recvs(p.b, &rx[i].buf, 1);
+	post_all(&p, rx);
 	pair_close(&p);
 }
 
@@ -210,13 +213,11 @@ Test(nic_udp_gso, a_refused_segmented_send_goes_again_plainly, .timeout = 30)
 	cr_assert_eq(nic_udp_tx_failures(p.a), 0, "nothing lost");
 	struct nic_rx rx[N];
 	receive_run(&p, rx, N);
-	for (uint32_t i = 0; i < N; i++)
-		nic_post_recvs(p.b, &rx[i].buf, 1);
+	post_all(&p, rx);
 	send_run(&p, tx);
 	cr_assert_eq(segmented_refused, 1, "the peer stays plain");
 	receive_run(&p, rx, N);
-	for (uint32_t i = 0; i < N; i++)
-		nic_post_recvs(p.b, &rx[i].buf, 1);
+	post_all(&p, rx);
 	pair_close(&p);
 }
 

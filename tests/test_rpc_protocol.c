@@ -280,25 +280,18 @@ ParameterizedTest(struct transport_param *tp, rpc_protocol, loss_dup_reorder_exa
 
 /* Timely and the wheel, forced on where auto leaves them off: paced packets
  * whose slot went back must not be sent for the retransmission. */
-Test(rpc_protocol, paced_loss_exactly_once, .timeout = 240)
+/*
+ * n echoes of up to max_pkts packets, answered by a responder that runs once
+ * every 1.5 ms: round trips above Timely's T_high make it cut the rate, so
+ * packets go through the wheel. Each is verified and run once.
+ */
+static void paced_echo(struct harness *h, unsigned n, unsigned seed, uint32_t max_pkts)
 {
-	struct ferry_config cfg;
-	ferry_config_defaults(&cfg);
-	char err[256];
-	cr_assert_eq(ferry_config_set(&cfg, "FERRY_FAULT", "drop=0.1,dup=0.05,reorder=0.05,seed=5",
-				      err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(ferry_config_set(&cfg, "FERRY_CC", "on", err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(ferry_config_set(&cfg, "FERRY_LINK_GBPS", "1", err, sizeof(err)), 0, "%s", err);
-	cfg.rto_us = 500;
-	struct harness *h = setup("test", &cfg);
 	uint32_t dpp = rpc_max_pkt_data(h->p.a);
-	const unsigned n = 300;
-	srand(13);
+	srand(seed);
 	for (unsigned i = 0; i < n; i++)
-		cr_assert_eq(send_one(h, REQ_ECHO, i, 4 + (uint32_t)rand() % (8 * dpp)), 0);
-	/* A responder that runs once every 1.5 ms: round trips above Timely's
-	 * T_high make it cut the rate, so packets go through the wheel. */
-	for (unsigned pass = 0; h->completed < n && pass < 200000; pass++) {
+		cr_assert_eq(send_one(h, REQ_ECHO, i, 4 + (uint32_t)rand() % (max_pkts * dpp)), 0);
+	for (unsigned pass = 0; h->completed < n && pass < 400000; pass++) {
 		rpc_run_once(h->p.a);
 		if (pass % 8 == 0) {
 			usleep(1500);
@@ -311,6 +304,20 @@ Test(rpc_protocol, paced_loss_exactly_once, .timeout = 240)
 	for (unsigned i = 0; i < n; i++)
 		cr_assert_eq(h->executed[i], 1, "request %u ran %u times", i, h->executed[i]);
 	cr_assert_gt(h->p.st_a.pkts_paced, 0, "slow round trips must make Timely pace");
+}
+
+Test(rpc_protocol, paced_loss_exactly_once, .timeout = 240)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	char err[256];
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_FAULT", "drop=0.1,dup=0.05,reorder=0.05,seed=5",
+				      err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_CC", "on", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_LINK_GBPS", "1", err, sizeof(err)), 0, "%s", err);
+	cfg.rto_us = 500;
+	struct harness *h = setup("test", &cfg);
+	paced_echo(h, 300, 13, 8);
 	cr_assert_gt(h->p.st_a.retransmits, 0);
 	teardown(h);
 }
@@ -564,25 +571,7 @@ Test(rpc_protocol, udp_gso_paced_loss_every_byte, .timeout = 240)
 	 * sample (Karn), and without samples Timely never slows down. */
 	cfg.rto_us = 5000;
 	struct harness *h = setup("udp", &cfg);
-	uint32_t dpp = rpc_max_pkt_data(h->p.a);
-	const unsigned n = 100;
-	srand(29);
-	for (unsigned i = 0; i < n; i++)
-		cr_assert_eq(send_one(h, REQ_ECHO, i, 4 + (uint32_t)rand() % (40 * dpp)), 0);
-	/* A slow responder, as in paced_loss_exactly_once, makes Timely pace. */
-	for (unsigned pass = 0; h->completed < n && pass < 400000; pass++) {
-		rpc_run_once(h->p.a);
-		if (pass % 8 == 0) {
-			usleep(1500);
-			rpc_run_once(h->p.b);
-		}
-	}
-	cr_assert_eq(h->completed, n, "only %u of %u completed", h->completed, n);
-	cr_assert_eq(h->failed, 0);
-	cr_assert_eq(h->verify_errors, 0);
-	for (unsigned i = 0; i < n; i++)
-		cr_assert_eq(h->executed[i], 1, "request %u ran %u times", i, h->executed[i]);
-	cr_assert_gt(h->p.st_a.pkts_paced, 0, "slow round trips must make Timely pace");
+	paced_echo(h, 100, 29, 40);
 	cr_assert_gt(h->p.st_b.udp_gso_sends, 0, "responses leave in segmented sends");
 	teardown(h);
 }

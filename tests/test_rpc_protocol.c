@@ -519,7 +519,7 @@ static void bulk_echo(struct harness *h, unsigned n, unsigned seed)
 		cr_assert_eq(h->executed[i], 1, "request %u ran %u times", i, h->executed[i]);
 }
 
-Test(rpc_protocol, udp_gso_on_and_off_give_the_same_bytes, .timeout = 120)
+Test(rpc_protocol, udp_gso_on_and_off_give_the_same_bytes, .timeout = 240)
 {
 	const char *modes[] = {"off", "on"};
 	for (unsigned m = 0; m < 2; m++) {

@@ -131,6 +131,34 @@ Test(nic_udp_gso, a_coalesced_buffer_is_split_on_demand_and_reused_last, .timeou
 	pair_close(&p);
 }
 
+/* A receive slot that last took a plain datagram (the kernel then writes
+ * back no control room) has room again for the segment size of the
+ * coalesced datagram that lands in it next. */
+Test(nic_udp_gso, a_slot_that_took_a_plain_datagram_takes_a_coalesced_one_next, .timeout = 30)
+{
+	struct pair p;
+	pair_open_gso(&p, 1500, FERRY_UDP_GSO_ON);
+	for (uint32_t round = 0; round < 3; round++) {
+		uint8_t one[100], head[32];
+		struct nic_tx t;
+		fill(one, sizeof(one), 1000 + round);
+		make_tx(&t, p.a_to_b, one, sizeof(one), head);
+		cr_assert_eq(nic_tx_burst(p.a, &t, 1), 1);
+		struct nic_rx r;
+		cr_assert_eq(rx_wait(p.b, &r, 1), 1);
+		check(&r, sizeof(one), 1000 + round);
+		nic_post_recvs(p.b, &r.buf, 1);
+		struct nic_tx tx[N];
+		send_run(&p, tx);
+		struct nic_rx rx[N];
+		receive_run(&p, rx, N);
+		post_all(&p, rx);
+	}
+	cr_assert_eq(p.sb.udp_gro_datagrams, 3, "each run arrives coalesced and split");
+	cr_assert_eq(p.sb.drops, 0);
+	pair_close(&p);
+}
+
 /* Stands in for libc's setsockopt: refuses the offload options, as a
  * kernel before 4.18 (UDP_SEGMENT) or 5.0 (UDP_GRO) does. */
 static int (*real_setsockopt)(int, int, int, const void *, socklen_t);

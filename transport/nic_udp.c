@@ -403,7 +403,6 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	unsigned k = u->rx_filled < want ? u->rx_filled : want;
 	if (k == 0)
 		return n;
-	udp_gro_arm(u, u->rx_sparse ? 1 : k);
 	int r = u->rx_sparse ? nic_udp_recv_one(u)
 			     : sys()->recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
 	if (r <= 0) {
@@ -931,6 +930,7 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 		u->rx_iov[i].iov_len = rx_cap;
 		u->rx_msgs[i].msg_hdr = (struct msghdr){.msg_iov = &u->rx_iov[i], .msg_iovlen = 1};
 	}
+	udp_gro_arm(u);
 	log_debug("udp nic: %s port %u, packets up to %u bytes, segmentation offload %s/%s",
 		  !u->wide ? "127.0.0.1" : u->family == AF_INET6 ? "[::]" : "0.0.0.0", u->port, mtu,
 		  u->gso ? "send" : "-", u->gro ? "receive" : "-");

@@ -62,6 +62,7 @@ void udp_gso_restart(struct nic_udp *u)
 		/* Without the option the kernel splits coalesced datagrams
 		 * itself: slower, never wrong. */
 		u->gro = false;
+		udp_gro_arm(u);
 		if (u->base.stats)
 			stats_inc(u->base.stats->udp_gso_unsupported);
 		ferry_log_once(udp_gso_level(u), "udp: the kernel refused UDP_GRO on the wildcard socket (%s)",
@@ -133,22 +134,21 @@ bool udp_gso_refused(struct nic_udp *u, struct nic_peer *peer, unsigned m, int e
 	return true;
 }
 
-void udp_gro_arm(struct nic_udp *u, unsigned k)
+void udp_gro_arm(struct nic_udp *u)
 {
-	if (!u->gro)
-		return;
-	/* The kernel writes back how much of the room it used. */
-	for (unsigned i = 0; i < k; i++) {
-		u->rx_msgs[i].msg_hdr.msg_control = u->rx_cmsg[i].bytes;
-		u->rx_msgs[i].msg_hdr.msg_controllen = sizeof(u->rx_cmsg[i].bytes);
+	/* The kernel writes back how much of the room it used, and only into
+	 * the slots it filled: udp_gro_segment gives those theirs back, so an
+	 * empty poll touches no slot. */
+	for (unsigned i = 0; i < NIC_UDP_BATCH; i++) {
+		u->rx_msgs[i].msg_hdr.msg_control = u->gro ? u->rx_cmsg[i].bytes : NULL;
+		u->rx_msgs[i].msg_hdr.msg_controllen = u->gro ? sizeof(u->rx_cmsg[i].bytes) : 0;
 	}
 }
 
-uint32_t udp_gro_segment(struct nic_udp *u, unsigned i)
+/* The UDP_GRO segment size in slot i's control messages (see udp_gro_segment). */
+static uint32_t udp_gro_cmsg_segment(struct nic_udp *u, unsigned i)
 {
 	struct msghdr *h = &u->rx_msgs[i].msg_hdr;
-	if (!u->gro || !h->msg_control)
-		return 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
 		if (c->cmsg_level != IPPROTO_UDP || c->cmsg_type != UDP_GRO ||
 		    c->cmsg_len < CMSG_LEN(sizeof(int)))
@@ -168,4 +168,14 @@ uint32_t udp_gro_segment(struct nic_udp *u, unsigned i)
 		return u->rx_msgs[i].msg_len > (unsigned)seg ? (uint32_t)seg : 0;
 	}
 	return 0;
+}
+
+uint32_t udp_gro_segment(struct nic_udp *u, unsigned i)
+{
+	struct msghdr *h = &u->rx_msgs[i].msg_hdr;
+	if (!u->gro || !h->msg_control)
+		return 0;
+	uint32_t seg = udp_gro_cmsg_segment(u, i);
+	h->msg_controllen = sizeof(u->rx_cmsg[i].bytes); /* room for the next receive */
+	return seg;
 }

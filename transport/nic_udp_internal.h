@@ -153,10 +153,12 @@ void udp_gso_sent(struct nic_udp *u, unsigned m);
  * segmentation itself: the peer then sends plainly, and the caller sends
  * the datagram's packets again that way; false for any other failure. */
 bool udp_gso_refused(struct nic_udp *u, struct nic_peer *peer, unsigned m, int err);
-/* Prepares receive slots [0, k) for a receive that may carry UDP_GRO. */
-void udp_gro_arm(struct nic_udp *u, unsigned k);
+/* Gives every receive slot room for a UDP_GRO control message under GRO,
+ * none without; once, and again when GRO changes (widen). */
+void udp_gro_arm(struct nic_udp *u);
 /* The segment size of what receive slot i received: 0 for one datagram,
- * UINT32_MAX for a coalesced datagram that cannot be split (counted). */
+ * UINT32_MAX for a coalesced datagram that cannot be split (counted).
+ * Gives the slot its control room back for the next receive. */
 uint32_t udp_gro_segment(struct nic_udp *u, unsigned i);
 
 #endif

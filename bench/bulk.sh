@@ -8,8 +8,9 @@
 #              1500, udp (root only; skipped otherwise)
 #   softib     same host, softib at FERRY_MTU=4096 (a real HCA's packets)
 # and ferry-bench's 1 MB bandwidth test on the same path, for its rate and
-# the ns per packet it took (wall time over the client's packets sent). A
-# ferry figure whose counters show no stream over ferry is marked FALLBACK.
+# the ns per packet it took (its ns_per_pkt: the measured time over the
+# packets the client sent in it, warm-up and drain left out). A ferry
+# figure whose counters show no stream over ferry is marked FALLBACK.
 #
 # Usage: bench/bulk.sh [-B BUILDDIR] [-t SECONDS] [-p "loopback veth softib"]
 #   BUILDDIR   a configured and built tree (default: the current directory)
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
 	-B) builddir=$2; shift 2 ;;
 	-t) secs=$2; shift 2 ;;
 	-p) paths=$2; shift 2 ;;
-	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "bulk.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -95,10 +96,9 @@ fbench() {
 			--seconds "$secs" --connect "$addr:$port" 2>/dev/null)
 	fi
 	g=$(echo "$out" | num gbps)
-	s=$(echo "$out" | num seconds)
-	p=$(echo "$out" | num pkts_tx)
-	if [ -n "$g" ] && [ "${p:-0}" -gt 0 ]; then
-		echo "$g $(awk -v s="$s" -v p="$p" 'BEGIN { printf "%.0f", s * 1e9 / p }')"
+	p=$(echo "$out" | num ns_per_pkt)
+	if [ -n "$g" ] && [ -n "$p" ]; then
+		echo "$g $p"
 	else
 		echo "- -"
 	fi

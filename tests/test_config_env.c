@@ -35,9 +35,23 @@ Test(config, defaults_without_environment)
 	cr_assert_eq(pc.spin_us, 50);
 	cr_assert_eq(cfg.transport, FERRY_TRANSPORT_AUTO);
 	cr_assert_eq(cfg.session_slots, 8);
-	cr_assert_eq(cfg.session_credits, 32);
+	cr_assert_eq(cfg.session_credits, 0, "sized by bytes");
 	cr_assert_eq(cfg.udp_gso, FERRY_UDP_GSO_AUTO);
 	cr_assert(preload_config_port_allowed(&pc, 6379));
+}
+
+/* Unset, credits keep FERRY_CREDIT_BYTES in flight, within eRPC's 32 and
+ * FERRY_CREDITS' most; set, they are what was said. */
+Test(config, credits_are_sized_by_bytes_unless_set)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	cr_assert_eq(ferry_session_credits(&cfg, 1472), 183, "256 KiB of 1,440-byte packets");
+	cr_assert_eq(ferry_session_credits(&cfg, 4096), 65, "256 KiB of 4,064-byte packets");
+	cr_assert_eq(ferry_session_credits(&cfg, 65536), FERRY_CREDITS_MIN, "big packets: eRPC's 32");
+	cr_assert_eq(ferry_session_credits(&cfg, 64), FERRY_CREDITS_MAX);
+	cfg.session_credits = 2;
+	cr_assert_eq(ferry_session_credits(&cfg, 1472), 2);
 }
 
 Test(config, values_are_taken)

@@ -541,6 +541,22 @@ Test(rpc_protocol, udp_gso_on_and_off_give_the_same_bytes, .timeout = 240)
 	}
 }
 
+/* A session's credits fill FERRY_CREDIT_BYTES of its packets, as the
+ * bandwidth times the round trip needs (config.h): at 1,500-byte packets
+ * far more than eRPC's 32, and a transfer over them carries every byte. */
+Test(rpc_protocol, session_credits_are_sized_by_bytes, .timeout = 240)
+{
+	struct harness *h = setup_udp_gso("on", "off");
+	uint32_t cursor = 0;
+	struct rpc_session_info si;
+	cr_assert(rpc_session_next(h->p.a, &cursor, &si));
+	uint32_t dpp = rpc_max_pkt_data(h->p.a);
+	cr_assert_eq(dpp, 1500 - 32, "FERRY_MTU=1500");
+	cr_assert_eq(si.credits_max, 179, "256 KiB of 1,468-byte packets");
+	bulk_echo(h, 20, 5);
+	teardown(h);
+}
+
 Test(rpc_protocol, udp_gso_loss_dup_reorder_every_byte, .timeout = 240)
 {
 	struct harness *h = setup_udp_gso("on", "drop=0.05,dup=0.05,reorder=0.05,seed=17");

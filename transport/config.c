@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "transport/nic.h"
+#include "transport/pkthdr.h"
 
 extern char **environ;
 
@@ -20,7 +21,7 @@ void ferry_config_defaults(struct ferry_config *cfg)
 	cfg->transport = FERRY_TRANSPORT_AUTO;
 	cfg->log_level = FERRY_LOG_WARN;
 	cfg->session_slots = 8;
-	cfg->session_credits = 32;
+	cfg->session_credits = 0; /* ferry_session_credits */
 	cfg->rto_us = 2000;
 	/* As long as Linux TCP retransmits to a silent peer before it gives
 	 * up (tcp_retries2 = 15: RTOs from 200 ms doubling to the 120 s cap,
@@ -35,6 +36,15 @@ void ferry_config_defaults(struct ferry_config *cfg)
 	cfg->fault.seed = 1;
 	cfg->ib_port = 0;
 	cfg->gid_index = -1;
+}
+
+unsigned ferry_session_credits(const struct ferry_config *cfg, uint32_t max_pkt_size)
+{
+	if (cfg->session_credits)
+		return cfg->session_credits;
+	uint32_t data = max_pkt_size > PKTHDR_SIZE ? max_pkt_size - PKTHDR_SIZE : 1;
+	uint32_t n = (FERRY_CREDIT_BYTES + data - 1) / data;
+	return n < FERRY_CREDITS_MIN ? FERRY_CREDITS_MIN : n > FERRY_CREDITS_MAX ? FERRY_CREDITS_MAX : n;
 }
 
 int ferry_config_refuse(char *err, size_t errlen, const char *name, const char *value,
@@ -189,7 +199,7 @@ static int config_set(struct ferry_config *cfg, const char *name, const char *v,
 				      "a power of two from 1 to 64 (requests in flight per session direction)");
 		cfg->session_slots = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_CREDITS")) {
-		if (ferry_config_parse_uint(v, 1, 1024, &u))
+		if (ferry_config_parse_uint(v, 1, FERRY_CREDITS_MAX, &u))
 			return ferry_config_refuse(err, errlen, name, v, "1 to 1024 packets in flight per session direction");
 		cfg->session_credits = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_RTO_US")) {

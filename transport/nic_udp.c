@@ -6,6 +6,7 @@
 #include "transport/nic_udp_internal.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -61,18 +62,33 @@ static uint32_t pad8(uint32_t len)
 	return (8u - (len & 7u)) & 7u;
 }
 
-static void put_le(uint8_t *b, uint32_t v, unsigned bytes)
+/* Bundle fields are little endian and may sit anywhere in a buffer: one
+ * unaligned load or store each (a loop over the bytes cost a bundled
+ * packet about 95 instructions on receive, callgrind). */
+static void put_le16(uint8_t *b, uint16_t v)
 {
-	for (unsigned i = 0; i < bytes; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
+	v = htole16(v);
+	memcpy(b, &v, sizeof(v));
 }
 
-static uint32_t get_le(const uint8_t *b, unsigned bytes)
+static void put_le32(uint8_t *b, uint32_t v)
 {
-	uint32_t v = 0;
-	for (unsigned i = 0; i < bytes; i++)
-		v |= (uint32_t)b[i] << (8 * i);
-	return v;
+	v = htole32(v);
+	memcpy(b, &v, sizeof(v));
+}
+
+static uint16_t get_le16(const uint8_t *b)
+{
+	uint16_t v;
+	memcpy(&v, b, sizeof(v));
+	return le16toh(v);
+}
+
+static uint32_t get_le32(const uint8_t *b)
+{
+	uint32_t v;
+	memcpy(&v, b, sizeof(v));
+	return le32toh(v);
 }
 
 /*
@@ -124,7 +140,7 @@ static unsigned nic_udp_build(struct nic_udp *u, const struct nic_tx *pkts, unsi
 			memset(h, 0, UDP_BUNDLE_HDR);
 			h[0] = UDP_BUNDLE_MARK;
 			h[1] = UDP_BUNDLE_VERSION;
-			put_le(h + 2, n, 2);
+			put_le16(h + 2, (uint16_t)n);
 			u->tx_iov[iov++] = (struct iovec){.iov_base = h, .iov_len = UDP_BUNDLE_HDR};
 		}
 		for (unsigned j = 0; j < n; j++) {
@@ -133,7 +149,7 @@ static unsigned nic_udp_build(struct nic_udp *u, const struct nic_tx *pkts, unsi
 			if (bundle) {
 				uint8_t *f = u->tx_frame[i + j];
 				memset(f, 0, UDP_FRAME_HDR);
-				put_le(f, len, 4);
+				put_le32(f, len);
 				u->tx_iov[iov++] = (struct iovec){.iov_base = f, .iov_len = UDP_FRAME_HDR};
 			}
 			for (unsigned s = 0; s < p->nsge; s++)
@@ -260,17 +276,17 @@ static void rx_emit(struct nic_udp *u, struct nic_rx *out, unsigned max, unsigne
 /* The packets of a bundle, or 0 if it is malformed (then nothing is emitted). */
 static unsigned bundle_count(const uint8_t *d, uint32_t len)
 {
-	if (len < UDP_BUNDLE_HDR || d[1] != UDP_BUNDLE_VERSION || get_le(d + 4, 4) != 0)
+	if (len < UDP_BUNDLE_HDR || d[1] != UDP_BUNDLE_VERSION || get_le32(d + 4) != 0)
 		return 0;
-	unsigned count = get_le(d + 2, 2);
+	unsigned count = get_le16(d + 2);
 	if (count < 2 || count > UDP_BUNDLE_MAX)
 		return 0;
 	uint32_t off = UDP_BUNDLE_HDR;
 	for (unsigned i = 0; i < count; i++) {
 		if (len - off < UDP_FRAME_HDR)
 			return 0;
-		uint32_t plen = get_le(d + off, 4);
-		if (plen == 0 || get_le(d + off + 4, 4) != 0 || plen > len - off - UDP_FRAME_HDR)
+		uint32_t plen = get_le32(d + off);
+		if (plen == 0 || get_le32(d + off + 4) != 0 || plen > len - off - UDP_FRAME_HDR)
 			return 0;
 		off += UDP_FRAME_HDR + plen;
 		if (pad8(plen) > len - off)
@@ -298,7 +314,7 @@ static void rx_datagram(struct nic_udp *u, struct nic_rx *out, unsigned max, uns
 	}
 	uint32_t at = UDP_BUNDLE_HDR;
 	for (unsigned i = 0; i < count; i++) {
-		uint32_t plen = get_le(d + at, 4);
+		uint32_t plen = get_le32(d + at);
 		rx_emit(u, out, max, n, b, d + at + UDP_FRAME_HDR, plen);
 		at += UDP_FRAME_HDR + plen + pad8(plen);
 	}

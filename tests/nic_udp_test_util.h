@@ -57,6 +57,20 @@ static inline unsigned rx_wait(struct nic *n, struct nic_rx *out, unsigned max)
 	return 0;
 }
 
+/* Takes packets into rx[got..total), at most step a call, until all are
+ * in: waiting for the socket (wait), or split from what was received
+ * already, where every call must give some. */
+static inline void rx_all(struct nic *n, struct nic_rx *rx, unsigned got, unsigned total,
+			  unsigned step, bool wait)
+{
+	while (got < total) {
+		unsigned want = total - got < step ? total - got : step;
+		unsigned k = wait ? rx_wait(n, rx + got, want) : nic_rx_burst(n, rx + got, want);
+		cr_assert_gt(k, 0, "only %u of %u arrived", got, total);
+		got += k;
+	}
+}
+
 struct pair {
 	struct ferry_config cfg;
 	struct ferry_stats sa, sb;

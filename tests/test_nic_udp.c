@@ -100,12 +100,7 @@ Test(nic_udp, burst_of_64_in_one_call, .timeout = 30)
 	}
 	cr_assert_eq(nic_tx_burst(p.a, tx, N), N);
 	struct nic_rx rx[N];
-	unsigned got = 0;
-	while (got < N) {
-		unsigned n = rx_wait(p.b, rx + got, N - got);
-		cr_assert_gt(n, 0, "only %u of %u arrived", got, N);
-		got += n;
-	}
+	rx_all(p.b, rx, 0, N, N, true);
 	for (uint32_t i = 0; i < N; i++) {
 		check(&rx[i], LEN - i, i); /* loopback keeps order */
 		nic_post_recvs(p.b, &rx[i].buf, 1);
@@ -278,11 +273,7 @@ Test(nic_udp, a_bundle_arrives_as_its_packets_however_few_are_asked_for, .timeou
 	cr_assert_eq(nic_arm_notify(p.b), 1, "the rest is waiting: do not sleep");
 	/* Each buffer goes back when its last packet does. */
 	nic_post_recvs(p.b, &rx[0].buf, 1);
-	while (got < N) {
-		unsigned n = nic_rx_burst(p.b, rx + got, 5);
-		cr_assert_gt(n, 0, "only %u of %u", got, N);
-		got += n;
-	}
+	rx_all(p.b, rx, got, N, 5, false);
 	cr_assert_eq(nic_arm_notify(p.b), 0);
 	for (uint32_t i = 0; i < N; i++) {
 		check(&rx[i], 1 + 7 * i, i);

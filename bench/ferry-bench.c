@@ -10,7 +10,9 @@
  * --batch is the number of requests kept in flight (rate and bandwidth;
  * latency always has one).
  *
- * Prints one JSON object per line. The client thread runs the event loop
+ * Prints one JSON object per line; pkts is what the client sent while it
+ * measured, and ns_per_pkt the measured time over it (for bandwidth, the time
+ * each packet took on the path). The client thread runs the event loop
  * itself and never sleeps; the server spins FERRY_SPIN_US after the last
  * packet, then sleeps on the nic.
  */
@@ -401,13 +403,14 @@ static int client(const struct opts *o, const char *spec)
 	const struct ferry_stats *st = nexus_stats(nx);
 	double seconds = o->seconds > 0 ? o->seconds : 2.0;
 	run_until(&b, clock_now_ns() + WARMUP_NS);
-	uint64_t retx0 = st->retransmits, drops0 = st->drops;
+	uint64_t retx0 = st->retransmits, drops0 = st->drops, pkts0 = st->pkts_tx;
 	b.recording = true;
 	uint64_t t0 = clock_now_ns();
 	run_until(&b, t0 + (uint64_t)(seconds * 1e9));
 	b.recording = false;
 	uint64_t t1 = clock_now_ns();
 	uint64_t retx = st->retransmits - retx0, drops = st->drops - drops0;
+	uint64_t pkts = st->pkts_tx - pkts0;
 	b.stopping = true;
 	run_until(&b, clock_now_ns() + DRAIN_NS);
 
@@ -421,13 +424,14 @@ static int client(const struct opts *o, const char *spec)
 	qsort(b.samples, b.nsamples, sizeof(*b.samples), cmp_u64);
 	printf("{\"test\":\"%s\",\"transport\":\"%s\",\"size\":%u,\"batch\":%u,\"seconds\":%.3f,"
 	       "\"requests\":%llu,\"errors\":%llu,\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f,"
-	       "\"rps\":%.0f,\"gbps\":%.3f,\"retransmits\":%llu,\"drops\":%llu,\"drop\":%g,"
-	       "\"client_stats\":%s}\n",
+	       "\"rps\":%.0f,\"gbps\":%.3f,\"pkts\":%llu,\"ns_per_pkt\":%.0f,"
+	       "\"retransmits\":%llu,\"drops\":%llu,\"drop\":%g,\"client_stats\":%s}\n",
 	       test_names[o->test], nexus_transport(nx), o->size, window, secs,
 	       (unsigned long long)b.completed, (unsigned long long)b.errors,
 	       pct_us(b.samples, b.nsamples, 0.50), pct_us(b.samples, b.nsamples, 0.99),
 	       pct_us(b.samples, b.nsamples, 0.999), (double)b.completed / secs,
-	       (double)b.bytes * 8 / secs / 1e9, (unsigned long long)retx,
+	       (double)b.bytes * 8 / secs / 1e9, (unsigned long long)pkts,
+	       pkts ? (double)(t1 - t0) / (double)pkts : 0.0, (unsigned long long)retx,
 	       (unsigned long long)drops, o->drop, stats);
 	fflush(stdout);
 	if (b.errors)

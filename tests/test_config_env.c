@@ -35,8 +35,23 @@ Test(config, defaults_without_environment)
 	cr_assert_eq(pc.spin_us, 50);
 	cr_assert_eq(cfg.transport, FERRY_TRANSPORT_AUTO);
 	cr_assert_eq(cfg.session_slots, 8);
-	cr_assert_eq(cfg.session_credits, 32);
+	cr_assert_eq(cfg.session_credits, 0, "sized by bytes");
+	cr_assert_eq(cfg.udp_gso, FERRY_UDP_GSO_AUTO);
 	cr_assert(preload_config_port_allowed(&pc, 6379));
+}
+
+/* Unset, credits keep FERRY_CREDIT_BYTES in flight, within eRPC's 32 and
+ * FERRY_CREDITS' most; set, they are what was said. */
+Test(config, credits_are_sized_by_bytes_unless_set)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	cr_assert_eq(ferry_session_credits(&cfg, 1472), 183, "256 KiB of 1,440-byte packets");
+	cr_assert_eq(ferry_session_credits(&cfg, 4096), 65, "256 KiB of 4,064-byte packets");
+	cr_assert_eq(ferry_session_credits(&cfg, 65536), FERRY_CREDITS_MIN, "big packets: eRPC's 32");
+	cr_assert_eq(ferry_session_credits(&cfg, 64), FERRY_CREDITS_MAX);
+	cfg.session_credits = 2;
+	cr_assert_eq(ferry_session_credits(&cfg, 1472), 2);
 }
 
 Test(config, values_are_taken)
@@ -46,6 +61,7 @@ Test(config, values_are_taken)
 	setenv("FERRY_ENABLE", "off", 1);
 	setenv("FERRY_FAULT", "drop=0.25,dup=0.5,seed=9", 1);
 	setenv("FERRY_CREDITS", "64", 1);
+	setenv("FERRY_UDP_GSO", "0", 1);
 	setenv("FERRY_SPIN_US", "7", 1);
 	setenv("FERRY_TEST_ANYTHING", "ignored", 1);
 	struct ferry_config cfg;
@@ -63,6 +79,7 @@ Test(config, values_are_taken)
 	cr_assert_float_eq(cfg.fault.dup, 0.5, 1e-12);
 	cr_assert_eq(cfg.fault.seed, 9);
 	cr_assert_eq(cfg.session_credits, 64);
+	cr_assert_eq(cfg.udp_gso, FERRY_UDP_GSO_OFF);
 }
 
 Test(config, bad_values_are_refused_with_what_is_accepted)
@@ -81,6 +98,7 @@ Test(config, bad_values_are_refused_with_what_is_accepted)
 	refused("FERRY_FAULT", "loss=0.1", "drop=P");
 	refused("FERRY_MTU", "100", "bytes from 256");
 	refused("FERRY_CC", "sometimes", "auto|on|off");
+	refused("FERRY_UDP_GSO", "yes please", "auto|on|off|1|0");
 	refused("FERRY_SOFTIB_FABRIC", "a/b", "without '/'");
 }
 

@@ -280,25 +280,18 @@ ParameterizedTest(struct transport_param *tp, rpc_protocol, loss_dup_reorder_exa
 
 /* Timely and the wheel, forced on where auto leaves them off: paced packets
  * whose slot went back must not be sent for the retransmission. */
-Test(rpc_protocol, paced_loss_exactly_once, .timeout = 240)
+/*
+ * n echoes of up to max_pkts packets, answered by a responder that runs once
+ * every 1.5 ms: round trips above Timely's T_high make it cut the rate, so
+ * packets go through the wheel. Each is verified and run once.
+ */
+static void paced_echo(struct harness *h, unsigned n, unsigned seed, uint32_t max_pkts)
 {
-	struct ferry_config cfg;
-	ferry_config_defaults(&cfg);
-	char err[256];
-	cr_assert_eq(ferry_config_set(&cfg, "FERRY_FAULT", "drop=0.1,dup=0.05,reorder=0.05,seed=5",
-				      err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(ferry_config_set(&cfg, "FERRY_CC", "on", err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(ferry_config_set(&cfg, "FERRY_LINK_GBPS", "1", err, sizeof(err)), 0, "%s", err);
-	cfg.rto_us = 500;
-	struct harness *h = setup("test", &cfg);
 	uint32_t dpp = rpc_max_pkt_data(h->p.a);
-	const unsigned n = 300;
-	srand(13);
+	srand(seed);
 	for (unsigned i = 0; i < n; i++)
-		cr_assert_eq(send_one(h, REQ_ECHO, i, 4 + (uint32_t)rand() % (8 * dpp)), 0);
-	/* A responder that runs once every 1.5 ms: round trips above Timely's
-	 * T_high make it cut the rate, so packets go through the wheel. */
-	for (unsigned pass = 0; h->completed < n && pass < 200000; pass++) {
+		cr_assert_eq(send_one(h, REQ_ECHO, i, 4 + (uint32_t)rand() % (max_pkts * dpp)), 0);
+	for (unsigned pass = 0; h->completed < n && pass < 400000; pass++) {
 		rpc_run_once(h->p.a);
 		if (pass % 8 == 0) {
 			usleep(1500);
@@ -311,6 +304,20 @@ Test(rpc_protocol, paced_loss_exactly_once, .timeout = 240)
 	for (unsigned i = 0; i < n; i++)
 		cr_assert_eq(h->executed[i], 1, "request %u ran %u times", i, h->executed[i]);
 	cr_assert_gt(h->p.st_a.pkts_paced, 0, "slow round trips must make Timely pace");
+}
+
+Test(rpc_protocol, paced_loss_exactly_once, .timeout = 240)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	char err[256];
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_FAULT", "drop=0.1,dup=0.05,reorder=0.05,seed=5",
+				      err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_CC", "on", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_LINK_GBPS", "1", err, sizeof(err)), 0, "%s", err);
+	cfg.rto_us = 500;
+	struct harness *h = setup("test", &cfg);
+	paced_echo(h, 300, 13, 8);
 	cr_assert_gt(h->p.st_a.retransmits, 0);
 	teardown(h);
 }
@@ -473,5 +480,114 @@ ParameterizedTest(struct transport_param *tp, rpc_protocol, hostile_packets_drop
 	cr_assert(run_until_completed(h, 2));
 	cr_assert_eq(h->failed, 0);
 	cr_assert_eq(h->verify_errors, 0);
+	teardown(h);
+}
+
+/*
+ * udp segmentation offload. 1,500-byte packets (FERRY_MTU), as across an
+ * Ethernet, so a message's packets leave in segmented sends and arrive
+ * coalesced even over loopback. Sizes up to 40 packets, so runs of equal
+ * packets form.
+ */
+static struct harness *setup_udp_gso(const char *gso, const char *fault)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	char err[256];
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_MTU", "1500", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_UDP_GSO", gso, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_FAULT", fault, err, sizeof(err)), 0, "%s", err);
+	cfg.rto_us = fault[0] == 'o' ? 10000000 : 500; /* "off": a clean path stays clean */
+	return setup("udp", &cfg);
+}
+
+/* n echoes of sizes from seed, each verified byte for byte, each run once. */
+static void bulk_echo(struct harness *h, unsigned n, unsigned seed)
+{
+	uint32_t dpp = rpc_max_pkt_data(h->p.a);
+	srand(seed);
+	for (unsigned i = 0; i < n; i++)
+		cr_assert_eq(send_one(h, REQ_ECHO, i, 4 + (uint32_t)rand() % (40 * dpp)), 0);
+	char ja[2048], jb[2048];
+	bool ok = run_until_completed(h, n);
+	stats_format_json(&h->p.st_a, "udp", ja, sizeof(ja));
+	stats_format_json(&h->p.st_b, "udp", jb, sizeof(jb));
+	cr_assert(ok, "only %u of %u completed\n%s%s", h->completed, n, ja, jb);
+	cr_assert_eq(h->failed, 0);
+	cr_assert_eq(h->verify_errors, 0, "%u responses differ from their requests", h->verify_errors);
+	for (unsigned i = 0; i < n; i++)
+		cr_assert_eq(h->executed[i], 1, "request %u ran %u times", i, h->executed[i]);
+}
+
+Test(rpc_protocol, udp_gso_on_and_off_give_the_same_bytes, .timeout = 240)
+{
+	const char *modes[] = {"off", "on"};
+	for (unsigned m = 0; m < 2; m++) {
+		struct harness *h = setup_udp_gso(modes[m], "off");
+		bulk_echo(h, 200, 21); /* the same requests in both modes */
+		const struct ferry_stats *a = &h->p.st_a, *b = &h->p.st_b;
+		if (m == 0) {
+			cr_assert_eq(a->udp_gso_sends + b->udp_gso_sends, 0);
+			cr_assert_eq(a->udp_gro_datagrams + b->udp_gro_datagrams, 0);
+		} else {
+			cr_assert_gt(a->udp_gso_sends, 0, "requests leave in segmented sends");
+			cr_assert_gt(b->udp_gso_sends, 0, "responses leave in segmented sends");
+			cr_assert_gt(b->udp_gro_datagrams, 0, "requests arrive coalesced");
+			cr_assert_gt(a->udp_gso_pkts, a->udp_gso_sends, "several packets a send");
+		}
+		cr_assert_eq(a->udp_gso_unsupported + a->udp_gso_refused, 0);
+		cr_assert_eq(a->drop_gro + b->drop_gro + a->drop_bundle + b->drop_bundle, 0);
+		teardown(h);
+	}
+}
+
+/* A session's credits fill FERRY_CREDIT_BYTES of its packets, as the
+ * bandwidth times the round trip needs (config.h): at 1,500-byte packets
+ * far more than eRPC's 32, and a transfer over them carries every byte. */
+Test(rpc_protocol, session_credits_are_sized_by_bytes, .timeout = 240)
+{
+	struct harness *h = setup_udp_gso("on", "off");
+	uint32_t cursor = 0;
+	struct rpc_session_info si;
+	cr_assert(rpc_session_next(h->p.a, &cursor, &si));
+	uint32_t dpp = rpc_max_pkt_data(h->p.a);
+	cr_assert_eq(dpp, 1500 - 32, "FERRY_MTU=1500");
+	cr_assert_eq(si.credits_max, 179, "256 KiB of 1,468-byte packets");
+	bulk_echo(h, 20, 5);
+	teardown(h);
+}
+
+Test(rpc_protocol, udp_gso_loss_dup_reorder_every_byte, .timeout = 240)
+{
+	struct harness *h = setup_udp_gso("on", "drop=0.05,dup=0.05,reorder=0.05,seed=17");
+	bulk_echo(h, 150, 23);
+	const struct ferry_stats *a = &h->p.st_a, *b = &h->p.st_b;
+	cr_assert_gt(a->drop_fault + b->drop_fault, 0);
+	cr_assert_gt(a->retransmits, 0);
+	cr_assert_gt(a->udp_gso_sends, 0);
+	cr_assert_gt(b->udp_gro_datagrams, 0);
+	teardown(h);
+}
+
+/* Timely and the wheel over udp with offload: the nic segments only what
+ * one tx_burst hands it, which the wheel released as due, so paced
+ * packets keep their times and go-back-N its order. */
+Test(rpc_protocol, udp_gso_paced_loss_every_byte, .timeout = 240)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	char err[256];
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_MTU", "1500", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_UDP_GSO", "on", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_FAULT", "drop=0.05,dup=0.02,reorder=0.02,seed=9",
+				      err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_CC", "on", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ferry_config_set(&cfg, "FERRY_LINK_GBPS", "1", err, sizeof(err)), 0, "%s", err);
+	/* Longer than the responder's pauses: timeouts would leave no RTT
+	 * sample (Karn), and without samples Timely never slows down. */
+	cfg.rto_us = 5000;
+	struct harness *h = setup("udp", &cfg);
+	paced_echo(h, 100, 29, 40);
+	cr_assert_gt(h->p.st_b.udp_gso_sends, 0, "responses leave in segmented sends");
 	teardown(h);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "transport/nic.h"
+#include "transport/pkthdr.h"
 
 extern char **environ;
 
@@ -20,7 +21,7 @@ void ferry_config_defaults(struct ferry_config *cfg)
 	cfg->transport = FERRY_TRANSPORT_AUTO;
 	cfg->log_level = FERRY_LOG_WARN;
 	cfg->session_slots = 8;
-	cfg->session_credits = 32;
+	cfg->session_credits = 0; /* ferry_session_credits */
 	cfg->rto_us = 2000;
 	/* As long as Linux TCP retransmits to a silent peer before it gives
 	 * up (tcp_retries2 = 15: RTOs from 200 ms doubling to the 120 s cap,
@@ -31,9 +32,19 @@ void ferry_config_defaults(struct ferry_config *cfg)
 	cfg->mtu = 0;
 	cfg->congestion_control = FERRY_CC_AUTO;
 	cfg->link_gbps = 25.0;
+	cfg->udp_gso = FERRY_UDP_GSO_AUTO;
 	cfg->fault.seed = 1;
 	cfg->ib_port = 0;
 	cfg->gid_index = -1;
+}
+
+unsigned ferry_session_credits(const struct ferry_config *cfg, uint32_t max_pkt_size)
+{
+	if (cfg->session_credits)
+		return cfg->session_credits;
+	uint32_t data = max_pkt_size > PKTHDR_SIZE ? max_pkt_size - PKTHDR_SIZE : 1;
+	uint32_t n = (FERRY_CREDIT_BYTES + data - 1) / data;
+	return n < FERRY_CREDITS_MIN ? FERRY_CREDITS_MIN : n > FERRY_CREDITS_MAX ? FERRY_CREDITS_MAX : n;
 }
 
 int ferry_config_refuse(char *err, size_t errlen, const char *name, const char *value,
@@ -74,6 +85,17 @@ int ferry_config_parse_uint(const char *v, unsigned long lo, unsigned long hi,
 		return -1;
 	*out = x;
 	return 0;
+}
+
+/* "auto" (0) or a boolean: on (1), off (2); -1 for anything else. */
+static int parse_auto_bool(const char *v)
+{
+	bool b;
+	if (!strcmp(v, "auto"))
+		return 0;
+	if (ferry_config_parse_bool(v, &b))
+		return -1;
+	return b ? 1 : 2;
 }
 
 static int parse_prob(const char *v, double *out)
@@ -140,7 +162,6 @@ static int config_set(struct ferry_config *cfg, const char *name, const char *v,
 		      size_t errlen)
 {
 	unsigned long u;
-	bool b;
 
 	if (!strcmp(name, "FERRY_TRANSPORT")) {
 		const struct nic_transport *t = nic_transport_find(v);
@@ -178,7 +199,7 @@ static int config_set(struct ferry_config *cfg, const char *name, const char *v,
 				      "a power of two from 1 to 64 (requests in flight per session direction)");
 		cfg->session_slots = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_CREDITS")) {
-		if (ferry_config_parse_uint(v, 1, 1024, &u))
+		if (ferry_config_parse_uint(v, 1, FERRY_CREDITS_MAX, &u))
 			return ferry_config_refuse(err, errlen, name, v, "1 to 1024 packets in flight per session direction");
 		cfg->session_credits = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_RTO_US")) {
@@ -202,16 +223,19 @@ static int config_set(struct ferry_config *cfg, const char *name, const char *v,
 			return ferry_config_refuse(err, errlen, name, v, "0 (path MTU) or bytes from 256 to 65507");
 		cfg->mtu = (unsigned)u;
 	} else if (!strcmp(name, "FERRY_CC")) {
-		if (!strcmp(v, "auto"))
-			cfg->congestion_control = FERRY_CC_AUTO;
-		else if (ferry_config_parse_bool(v, &b))
+		int t = parse_auto_bool(v);
+		if (t < 0)
 			return ferry_config_refuse(err, errlen, name, v, "auto|on|off|1|0");
-		else
-			cfg->congestion_control = b ? FERRY_CC_ON : FERRY_CC_OFF;
+		cfg->congestion_control = t == 0 ? FERRY_CC_AUTO : t == 1 ? FERRY_CC_ON : FERRY_CC_OFF;
 	} else if (!strcmp(name, "FERRY_LINK_GBPS")) {
 		if (ferry_config_parse_uint(v, 1, 800, &u))
 			return ferry_config_refuse(err, errlen, name, v, "whole Gbit/s from 1 to 800");
 		cfg->link_gbps = (double)u;
+	} else if (!strcmp(name, "FERRY_UDP_GSO")) {
+		int t = parse_auto_bool(v);
+		if (t < 0)
+			return ferry_config_refuse(err, errlen, name, v, "auto|on|off|1|0");
+		cfg->udp_gso = t == 0 ? FERRY_UDP_GSO_AUTO : t == 1 ? FERRY_UDP_GSO_ON : FERRY_UDP_GSO_OFF;
 	} else if (!strcmp(name, "FERRY_FAULT")) {
 		if (parse_fault(v, &cfg->fault))
 			return ferry_config_refuse(err, errlen, name, v,

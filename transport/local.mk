@@ -17,7 +17,8 @@ libferry_core_la_SOURCES += transport/timing_wheel.c transport/timely.c
 libferry_core_la_SOURCES += transport/pool.c transport/pool.h transport/fault.c transport/fault.h
 libferry_core_la_SOURCES += transport/rpc.c transport/rpc_internal.h transport/rpc_tx.c
 libferry_core_la_SOURCES += transport/rpc_client.c transport/rpc_server.c transport/session.c
-libferry_core_la_SOURCES += transport/nic_udp.c transport/nic_udp.h transport/udp_bind.c transport/udp_bind.h
+libferry_core_la_SOURCES += transport/nic_udp.c transport/nic_udp.h transport/nic_udp_internal.h transport/nic_udp_gso.c \
+	transport/udp_bind.c transport/udp_bind.h
 libferry_core_la_SOURCES += transport/procinfo.c transport/procinfo.h
 libferry_core_la_SOURCES += transport/nic.c
 # The verbs datapaths (ib, softib) need libibverbs; without it they refuse

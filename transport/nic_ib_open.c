@@ -339,7 +339,7 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 		ib->rx_state[s] = IB_BUF_HELD;
 		ib_recycle(ib, ib_slot_pkt(ib, s));
 	}
-	ib->credits = cfg->session_credits;
+	ib->credits = ferry_session_credits(cfg, ib->base.max_pkt_size);
 	ib_set_rq_need(ib);
 
 	errno = 0;

@@ -3,8 +3,10 @@
 #include "autoconfig.h"
 
 #include "transport/nic_udp.h"
+#include "transport/nic_udp_internal.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,18 +26,6 @@
 #include "transport/sys.h"
 #include "transport/udp_bind.h"
 
-/* The largest UDP payload over IPv4 (65535 - 20 IP - 8 UDP); IPv6 allows 20
- * more, but a dual-stack socket may be sending to a v4-mapped peer. */
-#define NIC_UDP_MAX_PAYLOAD 65507u
-/* Packets per sendmmsg/recvmmsg call. */
-#define NIC_UDP_BATCH 64u
-/* Receive buffers the nic owns. They are mapped, not touched up front, so a
- * small packet commits one page of its 64 KB buffer, not all of it. */
-#define NIC_UDP_RX_BUFS 256u
-/* Socket buffer wanted each way: the rpc layer keeps up to 32 packets of
- * 64 KB in flight per session; this holds two sessions' full windows. */
-#define NIC_UDP_SOCKBUF (4 * 1024 * 1024)
-
 /*
  * Route data: [0] family of the host bytes (4 or 6), [1..2] port in network
  * order, [3..6] IPv6 scope id little endian, [7..] host (4 or 16 bytes). A
@@ -45,75 +35,6 @@
 #define UDP_ROUTE_HOST 7
 #define UDP_ROUTE_LEN4 (UDP_ROUTE_HOST + 4)
 #define UDP_ROUTE_LEN6 (UDP_ROUTE_HOST + 16)
-
-/*
- * Bundles: a burst often holds several small packets for one peer (a batch
- * of requests, the answers to many connections of one client process), and
- * each datagram costs the kernel far more than its bytes. Consecutive
- * packets to one peer that fit together travel as one datagram: an 8-byte
- * bundle header (mark, version, count little endian, zeros), then per packet
- * an 8-byte frame (length little endian, zeros) and the packet, padded to 8
- * bytes so every packet header stays aligned. A packet header's first byte is
- * PKTHDR_MAGIC, never the mark, so a lone packet needs no framing.
- */
-#define UDP_BUNDLE_MARK 0xB7u
-#define UDP_BUNDLE_VERSION 1u
-#define UDP_BUNDLE_HDR 8u
-#define UDP_FRAME_HDR 8u
-#define UDP_BUNDLE_MAX 64u
-/* Packets split out of bundles beyond what the caller asked for wait here:
- * at most a batch of datagrams, each a full bundle. */
-#define NIC_UDP_PENDING (NIC_UDP_BATCH * UDP_BUNDLE_MAX)
-/* Per datagram: the bundle header, then per packet a frame, two sges, padding. */
-#define NIC_UDP_TX_IOVS (NIC_UDP_BATCH * 5u)
-
-struct nic_peer {
-	union {
-		struct sockaddr sa;
-		struct sockaddr_in in;
-		struct sockaddr_in6 in6;
-	} addr;
-	socklen_t len;
-	/* A socket of its own, connected to the peer, or -1 (then the nic's
-	 * socket sends with the address). A connected socket keeps its route,
-	 * so each send skips the lookup an unconnected one makes. */
-	int fd;
-};
-
-struct nic_udp {
-	struct nic base;
-	int fd;
-	int family; /* AF_INET6 (dual stack) or AF_INET */
-	uint16_t port;
-	bool wide;  /* bound to the wildcard; else to 127.0.0.1 (udp_bind.h) */
-	uint64_t tx_failures;
-
-	uint8_t *bufs; /* NIC_UDP_RX_BUFS buffers of stride bytes, mmap'ed */
-	size_t stride, map_len;
-	uint32_t free_stack[NIC_UDP_RX_BUFS];
-	unsigned nfree;
-	/* Packets of each buffer held by the owner (a bundle's share one), to
-	 * reuse it only when all are back and to catch double returns. */
-	uint8_t refs[NIC_UDP_RX_BUFS];
-
-	struct mmsghdr rx_msgs[NIC_UDP_BATCH];
-	struct iovec rx_iov[NIC_UDP_BATCH];
-	uint32_t rx_idx[NIC_UDP_BATCH]; /* each receive slot's buffer */
-	unsigned rx_filled;
-	/* The last receive found at most one datagram: the next one takes a
-	 * single datagram with recv, which costs the kernel less than
-	 * recvmmsg and skips recvmmsg's second, failing attempt. */
-	bool rx_sparse;
-	struct nic_rx pending[NIC_UDP_PENDING];
-	unsigned pending_head, pending_n;
-
-	struct mmsghdr tx_msgs[NIC_UDP_BATCH];
-	unsigned tx_pkts[NIC_UDP_BATCH]; /* packets in each datagram */
-	int tx_fd[NIC_UDP_BATCH];        /* the socket each datagram leaves from */
-	struct iovec tx_iov[NIC_UDP_TX_IOVS];
-	uint8_t tx_hdr[NIC_UDP_BATCH][UDP_BUNDLE_HDR];
-	uint8_t tx_frame[NIC_UDP_BATCH][UDP_FRAME_HDR];
-};
 
 static const uint8_t udp_zero_pad[8];
 static const uint8_t udp_loopback4[4] = {127, 0, 0, 1};
@@ -136,42 +57,65 @@ static bool is_temporary(int err)
 	return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS;
 }
 
-static uint32_t tx_len(const struct nic_tx *p)
-{
-	uint32_t len = 0;
-	for (unsigned s = 0; s < p->nsge; s++)
-		len += p->sge[s].len;
-	return len;
-}
-
 static uint32_t pad8(uint32_t len)
 {
 	return (8u - (len & 7u)) & 7u;
 }
 
-static void put_le(uint8_t *b, uint32_t v, unsigned bytes)
+/* Bundle fields are little endian and may sit anywhere in a buffer: one
+ * unaligned load or store each (a loop over the bytes cost a bundled
+ * packet about 95 instructions on receive, callgrind). */
+static void put_le16(uint8_t *b, uint16_t v)
 {
-	for (unsigned i = 0; i < bytes; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
+	v = htole16(v);
+	memcpy(b, &v, sizeof(v));
 }
 
-static uint32_t get_le(const uint8_t *b, unsigned bytes)
+static void put_le32(uint8_t *b, uint32_t v)
 {
-	uint32_t v = 0;
-	for (unsigned i = 0; i < bytes; i++)
-		v |= (uint32_t)b[i] << (8 * i);
-	return v;
+	v = htole32(v);
+	memcpy(b, &v, sizeof(v));
+}
+
+static uint16_t get_le16(const uint8_t *b)
+{
+	uint16_t v;
+	memcpy(&v, b, sizeof(v));
+	return le16toh(v);
+}
+
+static uint32_t get_le32(const uint8_t *b)
+{
+	uint32_t v;
+	memcpy(&v, b, sizeof(v));
+	return le32toh(v);
+}
+
+/*
+ * The largest bundle for a peer. Where the kernel segments, a bundle stays
+ * within the path MTU, as a fragmented datagram costs the kernel a packet
+ * per fragment and a reassembly, and full-sized packets are left to
+ * segmentation. Without it, a bundle up to the nic's packet size still
+ * costs less than its packets sent one by one.
+ */
+static uint32_t bundle_limit(const struct nic_udp *u, const struct nic_peer *to)
+{
+	uint32_t limit = u->base.max_pkt_size;
+	if (u->gso && !to->gso_refused && to->path_payload && to->path_payload < limit)
+		limit = to->path_payload;
+	return limit;
 }
 
 /* How many packets from pkts[0..k) go in the next datagram (1: alone). */
 static unsigned bundle_extent(const struct nic_udp *u, const struct nic_tx *pkts, unsigned k)
 {
-	uint32_t first = tx_len(&pkts[0]);
+	uint32_t first = nic_tx_len(&pkts[0]);
 	size_t total = UDP_BUNDLE_HDR + UDP_FRAME_HDR + first + pad8(first);
+	uint32_t limit = bundle_limit(u, pkts[0].peer);
 	unsigned n = 1;
 	while (n < k && n < UDP_BUNDLE_MAX && pkts[n].peer == pkts[0].peer) {
-		uint32_t len = tx_len(&pkts[n]);
-		if (total + UDP_FRAME_HDR + len + pad8(len) > u->base.max_pkt_size)
+		uint32_t len = nic_tx_len(&pkts[n]);
+		if (total + UDP_FRAME_HDR + len + pad8(len) > limit)
 			break;
 		total += UDP_FRAME_HDR + len + pad8(len);
 		n++;
@@ -185,28 +129,33 @@ static unsigned nic_udp_build(struct nic_udp *u, const struct nic_tx *pkts, unsi
 	unsigned m = 0, iov = 0, i = 0;
 	while (i < k) {
 		unsigned n = bundle_extent(u, pkts + i, k - i);
+		/* Segmented: n packets, each a datagram of its own on the wire. */
+		unsigned segs = n == 1 ? udp_gso_extent(u, pkts + i, k - i) : 1;
+		if (segs > 1)
+			n = segs;
+		bool bundle = n > 1 && segs == 1;
 		struct iovec *first_iov = &u->tx_iov[iov];
-		if (n > 1) {
+		if (bundle) {
 			uint8_t *h = u->tx_hdr[m];
 			memset(h, 0, UDP_BUNDLE_HDR);
 			h[0] = UDP_BUNDLE_MARK;
 			h[1] = UDP_BUNDLE_VERSION;
-			put_le(h + 2, n, 2);
+			put_le16(h + 2, (uint16_t)n);
 			u->tx_iov[iov++] = (struct iovec){.iov_base = h, .iov_len = UDP_BUNDLE_HDR};
 		}
 		for (unsigned j = 0; j < n; j++) {
 			const struct nic_tx *p = &pkts[i + j];
-			uint32_t len = tx_len(p);
-			if (n > 1) {
+			uint32_t len = nic_tx_len(p);
+			if (bundle) {
 				uint8_t *f = u->tx_frame[i + j];
 				memset(f, 0, UDP_FRAME_HDR);
-				put_le(f, len, 4);
+				put_le32(f, len);
 				u->tx_iov[iov++] = (struct iovec){.iov_base = f, .iov_len = UDP_FRAME_HDR};
 			}
 			for (unsigned s = 0; s < p->nsge; s++)
 				u->tx_iov[iov++] = (struct iovec){.iov_base = (void *)p->sge[s].addr,
 								  .iov_len = p->sge[s].len};
-			if (n > 1 && pad8(len))
+			if (bundle && pad8(len))
 				u->tx_iov[iov++] = (struct iovec){.iov_base = (void *)udp_zero_pad,
 								  .iov_len = pad8(len)};
 		}
@@ -217,7 +166,10 @@ static unsigned nic_udp_build(struct nic_udp *u, const struct nic_tx *pkts, unsi
 			.msg_iov = first_iov,
 			.msg_iovlen = (size_t)(&u->tx_iov[iov] - first_iov)};
 		u->tx_fd[m] = to->fd >= 0 ? to->fd : u->fd;
-		u->tx_pkts[m++] = n;
+		u->tx_pkts[m] = n;
+		if (segs > 1)
+			udp_gso_attach(u, m, nic_tx_len(&pkts[i]));
+		m++;
 		i += n;
 	}
 	return m;
@@ -253,13 +205,18 @@ static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts,
 		else
 			r = sys()->sendmmsg(fd, u->tx_msgs + done, run, MSG_DONTWAIT);
 		if (r > 0) {
-			for (int d = 0; d < r; d++)
+			for (int d = 0; d < r; d++) {
+				udp_gso_sent(u, done);
 				accepted += u->tx_pkts[done++];
+			}
 			continue;
 		}
 		int err = r < 0 ? errno : EAGAIN;
 		if (err == EINTR)
 			continue;
+		/* The peer now sends plainly: the caller sends these again. */
+		if (udp_gso_refused(u, pkts[accepted].peer, done, err))
+			return accepted;
 		if (is_temporary(err)) {
 			/* The socket is full: what remains is not accepted, and
 			 * the caller's retransmission covers it. */
@@ -319,17 +276,17 @@ static void rx_emit(struct nic_udp *u, struct nic_rx *out, unsigned max, unsigne
 /* The packets of a bundle, or 0 if it is malformed (then nothing is emitted). */
 static unsigned bundle_count(const uint8_t *d, uint32_t len)
 {
-	if (len < UDP_BUNDLE_HDR || d[1] != UDP_BUNDLE_VERSION || get_le(d + 4, 4) != 0)
+	if (len < UDP_BUNDLE_HDR || d[1] != UDP_BUNDLE_VERSION || get_le32(d + 4) != 0)
 		return 0;
-	unsigned count = get_le(d + 2, 2);
+	unsigned count = get_le16(d + 2);
 	if (count < 2 || count > UDP_BUNDLE_MAX)
 		return 0;
 	uint32_t off = UDP_BUNDLE_HDR;
 	for (unsigned i = 0; i < count; i++) {
 		if (len - off < UDP_FRAME_HDR)
 			return 0;
-		uint32_t plen = get_le(d + off, 4);
-		if (plen == 0 || get_le(d + off + 4, 4) != 0 || plen > len - off - UDP_FRAME_HDR)
+		uint32_t plen = get_le32(d + off);
+		if (plen == 0 || get_le32(d + off + 4) != 0 || plen > len - off - UDP_FRAME_HDR)
 			return 0;
 		off += UDP_FRAME_HDR + plen;
 		if (pad8(plen) > len - off)
@@ -339,40 +296,96 @@ static unsigned bundle_count(const uint8_t *d, uint32_t len)
 	return off == len ? count : 0;
 }
 
-/* Splits datagram d of buffer b into packets; false if it was dropped. */
-static bool rx_datagram(struct nic_udp *u, struct nic_rx *out, unsigned max, unsigned *n,
-			uint32_t b, uint32_t len)
+/* Splits the datagram at off in buffer b into packets (dropping a
+ * malformed bundle, counted). */
+static void rx_datagram(struct nic_udp *u, struct nic_rx *out, unsigned max, unsigned *n,
+			uint32_t b, uint32_t off, uint32_t len)
 {
-	uint8_t *d = u->bufs + (size_t)b * u->stride;
+	uint8_t *d = u->bufs + (size_t)b * u->stride + off;
 	if (len == 0 || d[0] != UDP_BUNDLE_MARK) {
 		rx_emit(u, out, max, n, b, d, len);
-		return true;
+		return;
 	}
 	unsigned count = bundle_count(d, len);
 	if (!count) {
 		if (u->base.stats)
 			stats_drop(u->base.stats, bundle);
-		return false;
+		return;
 	}
-	uint32_t off = UDP_BUNDLE_HDR;
+	uint32_t at = UDP_BUNDLE_HDR;
 	for (unsigned i = 0; i < count; i++) {
-		uint32_t plen = get_le(d + off, 4);
-		rx_emit(u, out, max, n, b, d + off + UDP_FRAME_HDR, plen);
-		off += UDP_FRAME_HDR + plen + pad8(plen);
+		uint32_t plen = get_le32(d + at);
+		rx_emit(u, out, max, n, b, d + at + UDP_FRAME_HDR, plen);
+		at += UDP_FRAME_HDR + plen + pad8(plen);
 	}
-	return true;
+}
+
+/* Lets go of the hold rx_burst keeps on a received buffer while it splits it. */
+static void rx_release(struct nic_udp *u, uint32_t b)
+{
+	if (--u->refs[b] == 0)
+		u->free_stack[u->nfree++] = b;
+}
+
+/*
+ * Splits received slots into packets while the caller has room: a datagram
+ * at a time, so a coalesced one (up to 64 KB of small packets) never floods
+ * the pending queue; the rest waits for the next call. Once every received
+ * slot is split, the slots not reached by the receive move to the front.
+ */
+static void rx_split(struct nic_udp *u, struct nic_rx *out, unsigned max, unsigned *n)
+{
+	while (*n < max && u->rx_next < u->rx_ready) {
+		unsigned i = u->rx_next;
+		uint32_t b = u->rx_idx[i], len = u->rx_msgs[i].msg_len, seg = u->rx_seg[i];
+		/* A coalesced buffer is larger than a packet; its datagrams are not. */
+		if ((u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ||
+		    (seg != UINT32_MAX && (seg ? seg : len) > u->base.max_pkt_size)) {
+			if (u->base.stats)
+				stats_drop(u->base.stats, size); /* larger than this nic's packets */
+			u->rx_off = len;
+		} else if (seg == UINT32_MAX) {
+			u->rx_off = len; /* counted by udp_gro_segment */
+		} else {
+			uint32_t take = seg && seg < len - u->rx_off ? seg : len - u->rx_off;
+			rx_datagram(u, out, max, n, b, u->rx_off, take);
+			u->rx_off += take;
+		}
+		if (u->rx_off >= len) {
+			rx_release(u, b);
+			u->rx_next++;
+			u->rx_off = 0;
+		}
+	}
+	if (u->rx_ready && u->rx_next == u->rx_ready) {
+		unsigned rest = u->rx_filled - u->rx_ready;
+		memmove(u->rx_idx, u->rx_idx + u->rx_ready, rest * sizeof(u->rx_idx[0]));
+		memmove(u->rx_iov, u->rx_iov + u->rx_ready, rest * sizeof(u->rx_iov[0]));
+		u->rx_filled = rest;
+		u->rx_next = u->rx_ready = 0;
+	}
 }
 
 /* Receives into slot 0 as recvmmsg would: 1, 0 (nothing queued) or -1. */
 static int nic_udp_recv_one(struct nic_udp *u)
 {
-	size_t cap = u->rx_iov[0].iov_len;
-	/* MSG_TRUNC makes recv return the datagram's full length. */
-	ssize_t len = sys()->recv(u->fd, u->rx_iov[0].iov_base, cap, MSG_DONTWAIT | MSG_TRUNC);
+	ssize_t len;
+	if (u->gro) {
+		/* The segment size comes in a control message. */
+		len = sys()->recvmsg(u->fd, &u->rx_msgs[0].msg_hdr, MSG_DONTWAIT);
+		if (len >= 0)
+			u->rx_msgs[0].msg_len = (unsigned)len;
+	} else {
+		size_t cap = u->rx_iov[0].iov_len;
+		/* MSG_TRUNC makes recv return the datagram's full length. */
+		len = sys()->recv(u->fd, u->rx_iov[0].iov_base, cap, MSG_DONTWAIT | MSG_TRUNC);
+		if (len >= 0) {
+			u->rx_msgs[0].msg_len = (unsigned)((size_t)len < cap ? (size_t)len : cap);
+			u->rx_msgs[0].msg_hdr.msg_flags = (size_t)len > cap ? MSG_TRUNC : 0;
+		}
+	}
 	if (len < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-	u->rx_msgs[0].msg_len = (unsigned)((size_t)len < cap ? (size_t)len : cap);
-	u->rx_msgs[0].msg_hdr.msg_flags = (size_t)len > cap ? MSG_TRUNC : 0;
 	return 1;
 }
 
@@ -386,9 +399,11 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	}
 	if (!u->pending_n)
 		u->pending_head = 0;
-	/* Datagrams wait in the socket until every split packet is out, so
-	 * the pending queue never holds more than one batch's bundles. */
 	if (n == max || u->pending_n)
+		return n;
+	/* Datagrams wait in the socket until every received one is split. */
+	rx_split(u, out, max, &n);
+	if (n == max || u->rx_ready)
 		return n;
 	/* Receive slots [0, rx_filled) hold buffers with their headers ready,
 	 * so an empty poll writes nothing; what a receive empties is refilled
@@ -415,20 +430,11 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	/* A lone datagram after a quiet spell may be the first of a burst. */
 	u->rx_sparse = !u->rx_sparse && r == 1;
 	for (unsigned i = 0; i < (unsigned)r; i++) {
-		uint32_t b = u->rx_idx[i];
-		if (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
-			if (nic->stats)
-				stats_drop(nic->stats, size); /* larger than this nic's packets */
-		} else if (rx_datagram(u, out, max, &n, b, u->rx_msgs[i].msg_len)) {
-			continue;
-		}
-		u->free_stack[u->nfree++] = b;
+		u->refs[u->rx_idx[i]] = 1; /* rx_split's hold */
+		u->rx_seg[i] = udp_gro_segment(u, i);
 	}
-	/* The slots not reached keep their buffers, moved to the front. */
-	unsigned rest = u->rx_filled - (unsigned)r;
-	memmove(u->rx_idx, u->rx_idx + r, rest * sizeof(u->rx_idx[0]));
-	memmove(u->rx_iov, u->rx_iov + r, rest * sizeof(u->rx_iov[0]));
-	u->rx_filled = rest;
+	u->rx_ready = (unsigned)r;
+	rx_split(u, out, max, &n);
 	return n;
 }
 
@@ -460,14 +466,15 @@ static int nic_udp_notify_fd(const struct nic *nic)
 
 /*
  * The socket is level-triggered: poll returns at once while a datagram is
- * queued, so the caller may sleep unless packets split out of a bundle are
- * still pending here; a MSG_PEEK would only cost a system call. (A caller
+ * queued, so the caller may sleep unless packets split out of a bundle, or
+ * received datagrams not yet split, are still waiting here; a MSG_PEEK would only cost a system call. (A caller
  * that holds every receive buffer will see the fd readable and rx_burst
  * return 0 until it posts some back.)
  */
 static int nic_udp_arm_notify(struct nic *nic)
 {
-	return nic_udp_of(nic)->pending_n ? 1 : 0;
+	const struct nic_udp *u = nic_udp_of(nic);
+	return u->pending_n || u->rx_next < u->rx_ready ? 1 : 0;
 }
 
 /* Nothing to pin: the kernel copies from user memory on every send. */
@@ -625,7 +632,7 @@ static void nic_udp_peer_fd_close(int fd)
  * source port than the nic's; receivers go by the packet header, never by
  * the source address.
  */
-static int nic_udp_peer_socket(const struct nic_peer *p)
+static int nic_udp_peer_socket(struct nic_peer *p)
 {
 	union {
 		struct sockaddr sa;
@@ -652,6 +659,12 @@ static int nic_udp_peer_socket(const struct nic_peer *p)
 		nic_udp_peer_fd_close(fd);
 		return -1;
 	}
+	int mtu = 0;
+	socklen_t ml = sizeof(mtu);
+	bool v4 = a.sa.sa_family == AF_INET;
+	if (sys()->getsockopt(fd, v4 ? IPPROTO_IP : IPPROTO_IPV6, v4 ? IP_MTU : IPV6_MTU, &mtu, &ml) == 0 &&
+	    mtu > (v4 ? 28 : 48))
+		p->path_payload = (uint32_t)mtu - (v4 ? 28u : 48u);
 	return fd;
 }
 
@@ -767,6 +780,7 @@ static int nic_udp_widen(struct nic *nic)
 	u->family = family;
 	u->wide = true;
 	nic_udp_size_buffers(u->fd);
+	udp_gso_restart(u);
 	log_debug("udp nic: now on %s port %u", family == AF_INET6 ? "[::]" : "0.0.0.0", u->port);
 	return 0;
 }
@@ -910,8 +924,12 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 	u->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 						 : ((struct sockaddr_in *)&ss)->sin_port);
 	nic_udp_size_buffers(fd);
+	u->gso_mode = cfg ? cfg->udp_gso : FERRY_UDP_GSO_AUTO;
+	udp_gso_start(u);
 
-	u->stride = ((size_t)mtu + 63) & ~(size_t)63;
+	/* What GRO coalesces takes a buffer of its own, split in place. */
+	size_t rx_cap = u->gro ? NIC_UDP_GRO_BUF : mtu;
+	u->stride = (rx_cap + 63) & ~(size_t)63;
 	u->map_len = u->stride * NIC_UDP_RX_BUFS;
 	void *m = mmap(NULL, u->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
@@ -921,14 +939,17 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 	for (unsigned i = 0; i < NIC_UDP_RX_BUFS; i++)
 		u->free_stack[i] = NIC_UDP_RX_BUFS - 1 - i;
 	u->nfree = NIC_UDP_RX_BUFS;
-	/* recvmmsg only writes msg_len and msg_flags (no name, no control), so
-	 * the headers are filled once; slots get their buffers in rx_burst. */
+	/* recvmmsg only writes msg_len and msg_flags (no name, and control
+	 * only under GRO, udp_gro_arm), so the headers are filled once; slots
+	 * get their buffers in rx_burst. */
 	for (unsigned i = 0; i < NIC_UDP_BATCH; i++) {
-		u->rx_iov[i].iov_len = mtu;
+		u->rx_iov[i].iov_len = rx_cap;
 		u->rx_msgs[i].msg_hdr = (struct msghdr){.msg_iov = &u->rx_iov[i], .msg_iovlen = 1};
 	}
-	log_debug("udp nic: %s port %u, packets up to %u bytes",
-		  !u->wide ? "127.0.0.1" : u->family == AF_INET6 ? "[::]" : "0.0.0.0", u->port, mtu);
+	udp_gro_arm(u);
+	log_debug("udp nic: %s port %u, packets up to %u bytes, segmentation offload %s/%s",
+		  !u->wide ? "127.0.0.1" : u->family == AF_INET6 ? "[::]" : "0.0.0.0", u->port, mtu,
+		  u->gso ? "send" : "-", u->gro ? "receive" : "-");
 	return &u->base;
 }
 

@@ -125,7 +125,7 @@ int rpc_session_create(struct rpc *rpc, uint64_t token)
 	s->num = (uint16_t)num;
 	s->token = token;
 	s->state = SESSION_CONNECTING;
-	s->credits_max = rpc->cfg->session_credits;
+	s->credits_max = ferry_session_credits(rpc->cfg, rpc->nic->max_pkt_size);
 	s->n_client_slots = rpc->cfg->session_slots;
 	s->cslots = calloc(s->n_client_slots, sizeof(*s->cslots));
 	if (!s->cslots) {

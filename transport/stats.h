@@ -36,6 +36,11 @@
 	X(requests_rx)                                                             \
 	X(retransmits)                                                             \
 	X(pkts_paced)             /* sent through the timing wheel (Timely) */    \
+	X(udp_gso_sends)          /* udp datagrams the kernel segmented (UDP_SEGMENT) */ \
+	X(udp_gso_pkts)           /* packets those carried */                     \
+	X(udp_gro_datagrams)      /* coalesced udp datagrams received (UDP_GRO) */ \
+	X(udp_gso_unsupported)    /* the kernel refused UDP_SEGMENT or UDP_GRO at start */ \
+	X(udp_gso_refused)        /* peers whose segmented send the kernel refused */ \
 	X(drops)                                                                   \
 	X(drop_short)                                                              \
 	X(drop_magic)                                                              \
@@ -47,6 +52,7 @@
 	X(drop_fault)                                                              \
 	X(drop_nomem)                                                              \
 	X(drop_bundle)            /* malformed udp bundle datagram */             \
+	X(drop_gro)               /* coalesced udp datagram that cannot be split */ \
 	X(sessions)                                                                \
 	X(sessions_closed)                                                         \
 	X(dead_peers)                                                              \

@@ -64,16 +64,44 @@ static int pp_limit_read(void)
 	return limit;
 }
 
+/*
+ * A new hidden descriptor goes up to half the limit or above, so it never
+ * takes a number the kernel would give the application next (the lowest
+ * free): the application's numbers stay what they would be without ferry.
+ * The floor is capped, as the kernel's table grows to the highest number
+ * in use. Where nothing is free up there, the number stays as it is.
+ */
+#define PHPOOL_HIDE_FLOOR_MAX 65536
+
+static int pp_floor(int limit)
+{
+	return limit / 2 < PHPOOL_HIDE_FLOOR_MAX ? limit / 2 : PHPOOL_HIDE_FLOOR_MAX;
+}
+
+/*
+ * Where the application's numbers come close to the hidden ones: from
+ * there, every hidden descriptor would push one of its numbers past where
+ * the kernel alone would have put it, and a server that sizes its tables
+ * by its connection limit (redis: maxclients plus 128) refuses the
+ * connection that got it.
+ */
+static int pp_short_from(int limit)
+{
+	int floor = pp_floor(limit);
+	return floor - floor / 8;
+}
+
 bool phpool_pressure(int fd)
 {
 	int limit = __atomic_load_n(&pp_limit, __ATOMIC_RELAXED);
 	/* The application may raise its limit at any time (redis does). */
 	if (limit <= 0 || (__atomic_fetch_add(&pp_checks, 1, __ATOMIC_RELAXED) & 1023) == 0 ||
-	    fd >= limit - limit / 4)
+	    fd >= pp_short_from(limit))
 		limit = pp_limit_read();
-	if (fd >= limit - limit / 4)
+	int from = pp_short_from(limit);
+	if (fd >= from)
 		return __atomic_exchange_n(&pp_off, 1, __ATOMIC_RELAXED) == 0;
-	if (fd < limit / 2 && __atomic_load_n(&pp_off, __ATOMIC_RELAXED))
+	if (fd < from / 2 && __atomic_load_n(&pp_off, __ATOMIC_RELAXED))
 		__atomic_store_n(&pp_off, 0, __ATOMIC_RELAXED);
 	return false;
 }
@@ -95,20 +123,6 @@ static unsigned pp_cap(unsigned max)
 {
 	unsigned share = (unsigned)pp_limit_now() / PHPOOL_LIMIT_SHARE;
 	return share < max ? share : max;
-}
-
-/*
- * A new hidden descriptor goes up to half the limit or above, so it never
- * takes a number the kernel would give the application next (the lowest
- * free): the application's numbers stay what they would be without ferry.
- * The floor is capped, as the kernel's table grows to the highest number
- * in use. Where nothing is free up there, the number stays as it is.
- */
-#define PHPOOL_HIDE_FLOOR_MAX 65536
-
-static int pp_floor(int limit)
-{
-	return limit / 2 < PHPOOL_HIDE_FLOOR_MAX ? limit / 2 : PHPOOL_HIDE_FLOOR_MAX;
 }
 
 /*

@@ -45,10 +45,10 @@ void phpool_give_bound(int hfd, const struct sockaddr_storage *local, socklen_t 
  * Every pooled socket, in the pool or behind a live socket, holds a
  * descriptor of the process's own RLIMIT_NOFILE. fd is a number the
  * kernel just handed out (the lowest free, so at least that many are in
- * use): true when that is the first within a quarter of the limit. From
- * then until numbers fall below half of it, the pools hand nothing out
- * (-EMFILE) and keep nothing; on true, the caller gives back what it holds
- * (sock_reclaim).
+ * use): true when that is the first to come within an eighth of the
+ * hidden descriptors' floor (half the limit). From then until numbers fall
+ * below half of that, the pools hand nothing out (-EMFILE) and keep
+ * nothing; on true, the caller gives back what it holds (sock_reclaim).
  */
 bool phpool_pressure(int fd);
 /* Closes every pooled socket; also on a daemon() child that starts ferry

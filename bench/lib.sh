@@ -33,10 +33,16 @@ bench_cleanup() {
 	rm -rf "$work"
 }
 
-# A port no TCP or UDP socket of the host uses.
+# A port no TCP or UDP socket of the host uses, outside the kernel's
+# ephemeral range (a client's port could land there before the bind).
 free_port() {
+	read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { lo=32768 hi=60999; }
 	while :; do
-		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
+		if [ "$lo" -ge 11024 ]; then
+			p=$((10000 + $(od -An -N2 -tu2 /dev/urandom) % (lo - 10000)))
+		else
+			p=$((hi + 1 + $(od -An -N2 -tu2 /dev/urandom) % (65535 - hi)))
+		fi
 		ss -Htuan | awk '{print $5}' | grep -q ":$p\$" || { echo $p; return; }
 	done
 }

@@ -160,11 +160,19 @@ ping_redis() {
 	wait_exit "$server" 30 || fail "redis-server exited with an error"
 }
 
-# A TCP port free for both TCP and UDP (a ferry listener also binds UDP).
+# A TCP port free for both TCP and UDP (a ferry listener also binds UDP),
+# outside the kernel's ephemeral range: a client's port (ferry pools bound
+# ones, which ss does not list) can land on one from there between this
+# check and the server's bind.
 free_port() {
 	_i=0
+	read -r _lo _hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { _lo=32768 _hi=60999; }
 	while [ $_i -lt 200 ]; do
-		_p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
+		if [ "$_lo" -ge 11024 ]; then
+			_p=$((10000 + $(od -An -N2 -tu2 /dev/urandom) % (_lo - 10000)))
+		else
+			_p=$((_hi + 1 + $(od -An -N2 -tu2 /dev/urandom) % (65535 - _hi)))
+		fi
 		if ! ss -Htuan 2>/dev/null | awk '{print $5}' | grep -q ":$_p\$"; then
 			echo "$_p"
 			return 0

@@ -33,12 +33,11 @@ while [ $# -gt 0 ]; do
 	*) echo "bulk.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
-builddir=$(cd "$builddir" && pwd) || exit 2
-ferry_run=$builddir/ferry-run
+. "$(dirname "$0")/lib.sh"
+bench_build "$builddir"
 bench=$builddir/bench/ferry-bench
-[ -x "$ferry_run" ] && [ -x "$bench" ] ||
-	{ echo "bulk.sh: no ferry-run or bench/ferry-bench in $builddir: build first (make)" >&2; exit 2; }
-command -v iperf3 >/dev/null || { echo "bulk.sh: iperf3 is not installed" >&2; exit 2; }
+[ -x "$bench" ] || { echo "bulk.sh: no bench/ferry-bench in $builddir: build first (make)" >&2; exit 2; }
+bench_need iperf3
 
 # The two hosts, their cleanup at exit, $work and $pids: the tests' netns_lib.sh.
 name=bulk

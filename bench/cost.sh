@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	-B) builddir=$2; shift 2 ;;
 	-t) transports=$2; shift 2 ;;
-	-n) set -- "$2" "$@"; short=${1% *}; long=${1#* }; shift 3 ;;
+	-n) short=${2% *}; long=${2#* }; shift 2 ;;
 	-h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "cost.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac

@@ -85,9 +85,10 @@ stat_sum() { # key tag
 # Whether the last run tagged $2 rode ferry over mode $1: "" if so, else a marker.
 path_mark() {
 	[ "$1" = kernel ] && return
-	c=$(stat_sum streams_connected "${2:-cli}")
-	f=$(stat_sum fallbacks "${2:-cli}")
-	if [ "$c" -eq 0 ] || [ "$f" -gt 0 ]; then echo " FALLBACK($f)"; fi
+	# Names of its own: callers loop over c.
+	_carried=$(stat_sum streams_connected "${2:-cli}")
+	_fell=$(stat_sum fallbacks "${2:-cli}")
+	if [ "$_carried" -eq 0 ] || [ "$_fell" -gt 0 ]; then echo " FALLBACK($_fell)"; fi
 }
 
 # The transports to measure when none were named: udp, and softib where it works.

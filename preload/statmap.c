@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,16 +74,14 @@ static void statmap_sweep(unsigned uid)
  * connection, for files its own sweep removed moments ago.
  */
 #define STATMAP_SWEEP_EVERY_NS (10ull * 1000000000ull)
-static uint64_t sm_swept_ns;
-static bool sm_swept;
+static uint64_t sm_swept_ns; /* 0: never (the monotonic clock counts from boot) */
 
 static void statmap_sweep_now_and_then(unsigned uid)
 {
 	uint64_t now = clock_now_ns();
-	if (sm_swept && now - sm_swept_ns < STATMAP_SWEEP_EVERY_NS)
+	if (sm_swept_ns && now - sm_swept_ns < STATMAP_SWEEP_EVERY_NS)
 		return;
 	statmap_sweep(uid);
-	sm_swept = true;
 	sm_swept_ns = now;
 }
 

@@ -467,9 +467,9 @@ static int nic_udp_notify_fd(const struct nic *nic)
 /*
  * The socket is level-triggered: poll returns at once while a datagram is
  * queued, so the caller may sleep unless packets split out of a bundle, or
- * received datagrams not yet split, are still waiting here; a MSG_PEEK would only cost a system call. (A caller
- * that holds every receive buffer will see the fd readable and rx_burst
- * return 0 until it posts some back.)
+ * received datagrams not yet split, are still waiting here; a MSG_PEEK
+ * would only cost a system call. (A caller that holds every receive buffer
+ * will see the fd readable and rx_burst return 0 until it posts some back.)
  */
 static int nic_udp_arm_notify(struct nic *nic)
 {

@@ -53,6 +53,9 @@ struct fepoll {
 	int watched;  /* atomic: inside another epoll or polled */
 	int signaled; /* atomic: wakefd holds a count */
 	int notify_fd; /* the nic's while in the kernel instance, else -1 */
+	unsigned notify_gen; /* wait_nic_gen() when it was added */
+	bool nic_kept;  /* notify_fd stays between sleeps (wait_nic_keep) */
+	bool inherited; /* the kernel instance is shared with a fork parent */
 	int nic_users; /* threads asleep here that want the nic's fd */
 	unsigned calls;
 	bool kernel_hot; /* the last look at the kernel instance found events */
@@ -369,6 +372,8 @@ static void fepoll_release(struct ffile *file)
 		pthread_mutex_unlock(&ep->lock);
 		pthread_mutex_unlock(&f->wlock);
 	}
+	if (ep->nic_kept)
+		wait_nic_unkeep();
 	sys()->close(ep->wakefd);
 	if (ep->osfd >= 0)
 		sys()->close(ep->osfd);
@@ -536,11 +541,26 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 	return rc;
 }
 
+static void ep_nic_remove(struct fepoll *ep)
+{
+	/* Fails harmlessly when the socket behind the number was replaced. */
+	sys()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, ep->notify_fd, NULL);
+	ep->notify_fd = -1;
+	if (ep->nic_kept)
+		wait_nic_unkeep();
+	ep->nic_kept = false;
+}
+
 void epoll_fork_child(struct ffile *f)
 {
 	struct fepoll *ep = f->priv;
 	ep->nic_users = 0;
 	ep->notify_fd = -1;
+	/* wait_fork_child counts the places afresh. The instance is the
+	 * parent's too: a nic kept there would wake the parent's sleepers for
+	 * the child's packets, so this one adds it per sleep only. */
+	ep->nic_kept = false;
+	ep->inherited = true;
 	__atomic_store_n(&ep->sleepers, 0, __ATOMIC_RELAXED);
 }
 
@@ -552,8 +572,7 @@ void epoll_mark_watched(struct ffile *f)
 		/* A packet would make the instance look readable to whoever
 		 * watches it, with nothing behind it: from now on the progress
 		 * thread alone watches the nic for this instance's sleepers. */
-		sys()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, ep->notify_fd, NULL);
-		ep->notify_fd = -1;
+		ep_nic_remove(ep);
 	}
 	__atomic_store_n(&ep->watched, 1, __ATOMIC_RELAXED);
 	bool ready = ep->rhead != NULL;
@@ -732,23 +751,35 @@ static int ep_kernel(struct fepoll *ep, struct epoll_event *ev, int max, int tim
 }
 
 /*
- * The nic's fd is in the kernel instance only while a thread sleeps there:
- * while it is, every packet runs the instance's wake-up callback inside the
- * sender's system call, whether anyone sleeps or not.
+ * The nic's fd is in the kernel instance while a thread sleeps there, and
+ * between sleeps too when the instance keeps it (wait_nic_keep): while it
+ * is, every packet runs the instance's wake-up callback inside the sender's
+ * system call, whether anyone sleeps or not. Exclusive: a packet wakes one
+ * sleeping thread, not all of them (the others hear from it through their
+ * wake-up fds). Edge triggered, yet nothing is missed: adding a readable fd
+ * makes it ready at once, and a kept one that fired while nobody slept ends
+ * the next sleep only if the packet is still there (epoll asks the socket
+ * again before it reports).
  */
 static void ep_nic_watch(struct fepoll *ep, int nfd)
 {
 	pthread_mutex_lock(&ep->lock);
-	if (ep->nic_users++ == 0 && ep->notify_fd < 0 &&
-	    !__atomic_load_n(&ep->watched, __ATOMIC_RELAXED)) {
-		/* Exclusive: a packet wakes one sleeping thread, not all of them
-		 * (the others hear from it through their wake-up fds). Edge
-		 * triggered, yet nothing is missed: adding a readable fd makes
-		 * it ready at once. */
-		struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
-					  .data.ptr = &ep_notify_tag};
-		if (sys()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, nfd, &nev) == 0)
-			ep->notify_fd = nfd;
+	if (ep->nic_users++ == 0) {
+		unsigned gen = wait_nic_gen();
+		if (ep->notify_fd >= 0 && (ep->notify_fd != nfd || ep->notify_gen != gen))
+			ep_nic_remove(ep);
+		if (ep->notify_fd < 0 && !__atomic_load_n(&ep->watched, __ATOMIC_RELAXED)) {
+			bool keep = !ep->inherited && wait_nic_keep();
+			struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
+						  .data.ptr = &ep_notify_tag};
+			if (sys()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, nfd, &nev) == 0) {
+				ep->notify_fd = nfd;
+				ep->notify_gen = gen;
+				ep->nic_kept = keep;
+			} else if (keep) {
+				wait_nic_unkeep();
+			}
+		}
 	}
 	pthread_mutex_unlock(&ep->lock);
 }
@@ -756,10 +787,17 @@ static void ep_nic_watch(struct fepoll *ep, int nfd)
 static void ep_nic_unwatch(struct fepoll *ep)
 {
 	pthread_mutex_lock(&ep->lock);
-	if (--ep->nic_users == 0 && ep->notify_fd >= 0) {
-		sys()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, ep->notify_fd, NULL);
-		ep->notify_fd = -1;
-	}
+	if (--ep->nic_users == 0 && ep->notify_fd >= 0 && !ep->nic_kept)
+		ep_nic_remove(ep);
+	pthread_mutex_unlock(&ep->lock);
+}
+
+/* A sleep without the nic (see wait_arm) must not be ended by its packets. */
+static void ep_nic_unkeep(struct fepoll *ep)
+{
+	pthread_mutex_lock(&ep->lock);
+	if (ep->nic_users == 0 && ep->notify_fd >= 0)
+		ep_nic_remove(ep);
 	pthread_mutex_unlock(&ep->lock);
 }
 
@@ -854,6 +892,8 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		bool nic = armed >= 0;
 		if (nic)
 			ep_nic_watch(ep, armed);
+		else
+			ep_nic_unkeep(ep);
 		int k = ep_kernel(ep, events, max, ms_until(deadline), sigmask);
 		if (nic)
 			ep_nic_unwatch(ep);

@@ -19,6 +19,7 @@
 #include "preload/reentry.h"
 #include "preload/statmap.h"
 #include "preload/stream.h"
+#include "preload/wait.h"
 #include "transport/clock.h"
 #include "transport/log.h"
 #include "transport/rpc.h"
@@ -203,6 +204,7 @@ static bool ferry_read_config(void)
 static void ferry_widened(void *ctx)
 {
 	(void)ctx;
+	wait_nic_replaced();
 	progress_nic_replaced();
 }
 

@@ -27,6 +27,8 @@ static unsigned wait_spin;
 static void wait_destroy(void *p)
 {
 	struct waiter *w = p;
+	if (w->notify_kept)
+		wait_nic_unkeep();
 	sys()->close(w->efd);
 	if (w->epfd >= 0)
 		sys()->close(w->epfd);
@@ -35,9 +37,54 @@ static void wait_destroy(void *p)
 
 static char wait_efd_tag, wait_notify_tag;
 
-/* The thread's own epoll: its waiter and, exclusively and only while the
- * thread sleeps (see ep_nic_watch), the nic's notification fd, so one
- * packet wakes one sleeping thread. */
+#define WAIT_NIC_KEPT_MAX 8u
+static unsigned wait_nic_kept; /* atomic */
+static unsigned wait_nic_generation; /* atomic */
+
+bool wait_nic_keep(void)
+{
+	unsigned n = __atomic_load_n(&wait_nic_kept, __ATOMIC_RELAXED);
+	while (n < WAIT_NIC_KEPT_MAX)
+		if (__atomic_compare_exchange_n(&wait_nic_kept, &n, n + 1, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED))
+			return true;
+	return false;
+}
+
+void wait_nic_unkeep(void)
+{
+	__atomic_sub_fetch(&wait_nic_kept, 1, __ATOMIC_ACQ_REL);
+}
+
+unsigned wait_nic_gen(void)
+{
+	return __atomic_load_n(&wait_nic_generation, __ATOMIC_ACQUIRE);
+}
+
+void wait_nic_replaced(void)
+{
+	__atomic_add_fetch(&wait_nic_generation, 1, __ATOMIC_ACQ_REL);
+}
+
+static void wait_nic_unwatch(struct waiter *w)
+{
+	/* Fails harmlessly when the socket behind the number was replaced:
+	 * its registration went with it. */
+	sys()->epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->epfd_notify, NULL);
+	w->epfd_notify = -1;
+	if (w->notify_kept)
+		wait_nic_unkeep();
+	w->notify_kept = false;
+}
+
+/*
+ * The thread's own epoll: its waiter and the nic's notification fd nfd
+ * (exclusive, so one packet wakes one sleeping thread), or none when nfd is
+ * -1. Edge-triggered, yet nothing is missed: adding a readable fd makes it
+ * ready at once, and a kept one that fired while the thread was awake ends
+ * its next sleep only if the packet is still there (epoll asks the socket
+ * again before it reports).
+ */
 static int wait_epoll(struct waiter *w, int nfd)
 {
 	const struct sys_fns *c = sys();
@@ -52,21 +99,28 @@ static int wait_epoll(struct waiter *w, int nfd)
 			return -1;
 		}
 	}
+	unsigned gen = wait_nic_gen();
+	if (w->epfd_notify >= 0 && (w->epfd_notify != nfd || w->notify_gen != gen))
+		wait_nic_unwatch(w);
 	if (nfd >= 0 && w->epfd_notify < 0) {
+		bool keep = wait_nic_keep();
 		struct epoll_event ev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
 					 .data.ptr = &wait_notify_tag};
-		if (c->epoll_ctl(w->epfd, EPOLL_CTL_ADD, nfd, &ev) == 0)
+		if (c->epoll_ctl(w->epfd, EPOLL_CTL_ADD, nfd, &ev) == 0) {
 			w->epfd_notify = nfd;
+			w->notify_gen = gen;
+			w->notify_kept = keep;
+		} else if (keep) {
+			wait_nic_unkeep();
+		}
 	}
 	return w->epfd;
 }
 
 static void wait_epoll_done(struct waiter *w)
 {
-	if (w->epfd_notify >= 0) {
-		sys()->epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->epfd_notify, NULL);
-		w->epfd_notify = -1;
-	}
+	if (w->epfd_notify >= 0 && !w->notify_kept)
+		wait_nic_unwatch(w);
 }
 
 static void wait_key_init(void)
@@ -90,6 +144,8 @@ struct waiter *wait_self(void)
 	w->signaled = 0;
 	w->epfd = -1;
 	w->epfd_notify = -1;
+	w->notify_gen = 0;
+	w->notify_kept = false;
 	wait_tls = w;
 	pthread_setspecific(wait_key, w);
 	return w;
@@ -97,6 +153,10 @@ struct waiter *wait_self(void)
 
 void wait_fork_child(void)
 {
+	/* The parent's threads, and their registrations, stayed behind; the
+	 * nic is replaced by one of the child's own. */
+	__atomic_store_n(&wait_nic_kept, 0, __ATOMIC_RELAXED);
+	wait_nic_replaced();
 	struct waiter *w = wait_tls;
 	if (!w)
 		return;

@@ -22,6 +22,8 @@ struct waiter {
 	int signaled; /* atomic: efd holds a count */
 	int epfd;     /* efd plus the nic's notification fd (exclusive), or -1 */
 	int epfd_notify; /* the notification fd epfd holds, -1 */
+	unsigned notify_gen; /* wait_nic_gen() when it was added */
+	bool notify_kept;    /* held between sleeps (wait_nic_keep) */
 };
 
 struct wait_node {
@@ -40,6 +42,23 @@ void wait_consume(struct waiter *w);
 /* In a fork child: the thread's eventfd is shared with the parent's
  * thread, so it is dropped and a new one made on next use. */
 void wait_fork_child(void);
+
+/*
+ * Adding the nic's notification fd to an epoll instance before each sleep
+ * and removing it after costs two system calls (1.5 us here) per sleep, as
+ * much as the sleep itself. A few instances (WAIT_NIC_KEPT_MAX in the
+ * process) keep it between sleeps instead: every packet runs the wake-up
+ * callback of each instance that holds it, asleep or not, so their number
+ * is bounded. wait_nic_keep() takes one of those places (false: none left,
+ * add and remove per sleep as before); wait_nic_unkeep() gives it back.
+ */
+bool wait_nic_keep(void);
+void wait_nic_unkeep(void);
+/* Which socket the notification fd number stands for: a registration made
+ * under another generation is on a socket that has since been replaced
+ * behind the same number (the nic widened, dup3). */
+unsigned wait_nic_gen(void);
+void wait_nic_replaced(void);
 
 void wait_link(struct ffile *f, struct wait_node *n, struct waiter *w);
 void wait_unlink(struct ffile *f, struct wait_node *n);

@@ -1,18 +1,25 @@
 /*
- * The nic's notification fd in an application's epoll instance: there only
- * while a thread sleeps on the instance (every packet would otherwise run the
- * instance's wake-up callback inside the sender's system call), and a fork
- * child's instances forget the parent's sleepers, so a fresh ferry in the
- * child (after daemon()) gets its own nic's fd in.
+ * The nic's notification fd in epoll instances: an application's instance,
+ * and each thread's own (wait_block). Adding and removing it around every
+ * sleep cost two system calls per sleep, so a few instances keep it
+ * between sleeps; past those places it is there only while a thread sleeps
+ * (every packet runs the wake-up callback of each instance that holds it).
+ * A sleep without the nic drops a kept one, a nic socket replaced behind
+ * the same number is registered afresh, and a fork child's instances forget
+ * the parent's sleepers, so a fresh ferry in the child (after daemon()) gets
+ * its own nic's fd in.
  */
 #include "autoconfig.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,8 +31,12 @@
 /* The fake nic: an eventfd that arm hands out as the fd to sleep on. */
 static int nic_fd = -1;
 
+/* Event loop passes asked for: a sleep that the nic's fd ended asks one. */
+static unsigned nic_runs;
+
 static unsigned nic_run(void)
 {
+	__atomic_add_fetch(&nic_runs, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -57,19 +68,35 @@ static void nic_fini(void)
 
 TestSuite(epoll_nic, .init = nic_init, .fini = nic_fini, .timeout = 30);
 
-/* Whether the kernel instance ep has fd registered (its fdinfo says so). */
-static bool registered(int ep, int fd)
+/* The inode of the file ep has registered under fd (its fdinfo says so), 0
+ * if none. */
+static unsigned long registered_ino(int ep, int fd)
 {
 	char path[64], line[256];
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", ep);
 	FILE *f = fopen(path, "r");
 	cr_assert_not_null(f);
-	bool found = false;
+	unsigned long ino = 0;
 	int tfd;
-	while (!found && fgets(line, sizeof(line), f))
-		found = sscanf(line, "tfd: %d", &tfd) == 1 && tfd == fd;
+	while (!ino && fgets(line, sizeof(line), f)) {
+		char *at = strstr(line, "ino:");
+		if (sscanf(line, "tfd: %d", &tfd) == 1 && tfd == fd && at)
+			ino = strtoul(at + 4, NULL, 16);
+	}
 	fclose(f);
-	return found;
+	return ino;
+}
+
+static bool registered(int ep, int fd)
+{
+	return registered_ino(ep, fd) != 0;
+}
+
+static unsigned long ino_of(int fd)
+{
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	return (unsigned long)st.st_ino;
 }
 
 /* Waits (5 s at most) until registered(ep, fd) is want. */
@@ -108,18 +135,111 @@ static int ferry_instance(struct ffile **file)
 	return ep;
 }
 
-Test(epoll_nic, the_nic_fd_is_in_an_instance_only_while_a_thread_sleeps)
+/* One sleep on ep by another thread, ended by a notification on f. */
+static void sleep_once(int ep, struct ffile *f)
 {
-	struct ffile *f;
-	int ep = ferry_instance(&f);
-	cr_assert_not(registered(ep, nic_fd), "nobody sleeps yet");
 	struct sleeper s = {.ep = ep};
 	cr_assert_eq(pthread_create(&s.th, NULL, sleep_on, &s), 0);
 	cr_assert(becomes(ep, nic_fd, true), "a sleeper brings the nic's fd in");
 	ffile_notify(f, EPOLLIN, EPOLLIN);
 	cr_assert_eq(pthread_join(s.th, NULL), 0);
 	cr_assert_eq(s.got, 1);
-	cr_assert_not(registered(ep, nic_fd), "the sleeper takes it out as it wakes");
+	ffile_notify(f, 0, 0);
+}
+
+Test(epoll_nic, an_instance_keeps_the_nic_fd_between_sleeps)
+{
+	struct ffile *f;
+	int ep = ferry_instance(&f);
+	cr_assert_not(registered(ep, nic_fd), "nobody slept yet");
+	sleep_once(ep, f);
+	cr_expect(registered(ep, nic_fd), "the nic's fd stays after the sleeper woke");
+	sleep_once(ep, f);
+	cr_expect(registered(ep, nic_fd));
+}
+
+Test(epoll_nic, past_the_kept_places_the_nic_fd_is_in_only_while_a_thread_sleeps)
+{
+	unsigned taken = 0;
+	while (wait_nic_keep())
+		taken++;
+	cr_assert_gt(taken, 0, "some places to keep the nic's fd in");
+	cr_assert_lt(taken, 64, "a bounded number of them");
+	struct ffile *f;
+	int ep = ferry_instance(&f);
+	sleep_once(ep, f);
+	cr_expect_not(registered(ep, nic_fd), "the sleeper takes it out as it wakes");
+	wait_nic_unkeep();
+	sleep_once(ep, f);
+	cr_expect(registered(ep, nic_fd), "a place given back is taken by the next sleep");
+	while (--taken)
+		wait_nic_unkeep();
+}
+
+static int no_arm(void)
+{
+	return -1;
+}
+
+static const struct wait_progress_ops unarmed_ops = {.run = nic_run, .arm = no_arm};
+
+Test(epoll_nic, a_sleep_without_the_nic_drops_a_kept_nic_fd)
+{
+	struct ffile *f;
+	int ep = ferry_instance(&f);
+	sleep_once(ep, f);
+	cr_assert(registered(ep, nic_fd));
+	/* Not armed (another thread holds the loop and does not let go): its
+	 * packets must not end the sleep. */
+	wait_set_progress(&unarmed_ops, 0);
+	struct epoll_event ev;
+	cr_assert_eq(epoll_wait(ep, &ev, 1, 10), 0);
+	cr_expect_not(registered(ep, nic_fd));
+}
+
+Test(epoll_nic, a_nic_socket_replaced_behind_its_number_is_registered_afresh)
+{
+	struct ffile *f;
+	int ep = ferry_instance(&f);
+	sleep_once(ep, f);
+	cr_assert_eq(registered_ino(ep, nic_fd), ino_of(nic_fd));
+	/* As the nic's widening does: another socket, the same number. */
+	int other = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	cr_assert_geq(other, 0);
+	cr_assert_eq(dup3(other, nic_fd, O_CLOEXEC), nic_fd);
+	close(other);
+	wait_nic_replaced();
+	sleep_once(ep, f);
+	cr_expect_eq(registered_ino(ep, nic_fd), ino_of(nic_fd),
+		     "the sleep registered the socket now behind the number");
+}
+
+Test(epoll_nic, a_threads_own_epoll_keeps_the_nic_fd)
+{
+	struct waiter *w = wait_self();
+	cr_assert_not_null(w);
+	struct timespec ms = {0, 1000000};
+	cr_assert_geq(wait_block(w, NULL, 0, &ms, NULL), 0);
+	cr_assert_geq(w->epfd, 0);
+	cr_expect(registered(w->epfd, nic_fd), "kept after the sleep");
+	/* A packet that is waiting ends the sleep. */
+	uint64_t one = 1;
+	cr_assert_eq(write(nic_fd, &one, sizeof(one)), (ssize_t)sizeof(one));
+	/* (A sleep that missed it would last until the suite's timeout.) */
+	cr_assert_geq(wait_block(w, NULL, 0, NULL, NULL), 0);
+	uint64_t v;
+	cr_assert_eq(read(nic_fd, &v, sizeof(v)), (ssize_t)sizeof(v));
+	/* A packet that came and was taken while the thread was awake does
+	 * not end its next sleep. */
+	cr_assert_eq(write(nic_fd, &one, sizeof(one)), (ssize_t)sizeof(one));
+	cr_assert_eq(read(nic_fd, &v, sizeof(v)), (ssize_t)sizeof(v));
+	__atomic_store_n(&nic_runs, 0, __ATOMIC_RELAXED);
+	cr_assert_geq(wait_block(w, NULL, 0, &ms, NULL), 0);
+	cr_expect_eq(__atomic_load_n(&nic_runs, __ATOMIC_RELAXED), 0,
+		     "the sleep ran its full time, no packet behind it");
+	wait_set_progress(&unarmed_ops, 0);
+	cr_assert_geq(wait_block(w, NULL, 0, &ms, NULL), 0);
+	cr_expect_not(registered(w->epfd, nic_fd), "a sleep without the nic dropped it");
 }
 
 Test(epoll_nic, a_fork_child_forgets_the_parents_sleepers)

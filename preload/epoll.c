@@ -734,12 +734,18 @@ static int ep_filter(struct fepoll *ep, struct epoll_event *ev, int k, int max, 
 	return n;
 }
 
+/* A sleeper (counted in ep->sleepers) stops counting as the kernel returns:
+ * the loop it runs next for the nic's packets then wakes only the others
+ * for what it finds, not itself (a write and a read on the wake-up fd). */
 static int ep_kernel(struct fepoll *ep, struct epoll_event *ev, int max, int timeout_ms,
-		     const sigset_t *sigmask)
+		     const sigset_t *sigmask, bool sleeper)
 {
 	int k = sys()->epoll_pwait(ep->epfd, ev, max, timeout_ms, sigmask);
+	int err = errno;
+	if (sleeper)
+		__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
 	if (k < 0)
-		return -errno;
+		return -err;
 	bool notified = false;
 	k = ep_filter(ep, ev, k, max, &notified);
 	/* A hint shared by the instance's waiters; a stale value only moves
@@ -823,7 +829,7 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		 * while the kernel side had something on the last look. */
 		if (n < max && (__atomic_load_n(&ep->kernel_hot, __ATOMIC_RELAXED) ||
 				++ep->calls % EP_KERNEL_EVERY == 0)) {
-			int k = ep_kernel(ep, events + n, max - n, 0, NULL);
+			int k = ep_kernel(ep, events + n, max - n, 0, NULL, false);
 			if (k > 0)
 				n += k;
 		}
@@ -841,7 +847,7 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		}
 		/* Not on the first turn: ferry's answer is usually there by then. */
 		if (i % EP_KERNEL_EVERY == EP_KERNEL_EVERY - 1) {
-			int k = ep_kernel(ep, events, max, 0, NULL);
+			int k = ep_kernel(ep, events, max, 0, NULL, false);
 			if (k != 0) {
 				if (spin_us && k > 0)
 					wait_spin_outcome(true);
@@ -852,7 +858,7 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		/* Time is up before the kernel's turn came (a zero timeout): its
 		 * fds get one look all the same. */
 		if (now >= deadline && i % EP_KERNEL_EVERY != EP_KERNEL_EVERY - 1)
-			return ep_kernel(ep, events, max, 0, NULL);
+			return ep_kernel(ep, events, max, 0, NULL, false);
 		if (now >= deadline)
 			break;
 		if (now >= spin_end) {
@@ -894,10 +900,9 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 			ep_nic_watch(ep, armed);
 		else
 			ep_nic_unkeep(ep);
-		int k = ep_kernel(ep, events, max, ms_until(deadline), sigmask);
+		int k = ep_kernel(ep, events, max, ms_until(deadline), sigmask, true);
 		if (nic)
 			ep_nic_unwatch(ep);
-		__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
 		if (k < 0)
 			return k;
 		n = k + ep_harvest(ep, events + k, max - k);

@@ -7,7 +7,8 @@
  * A sleep without the nic drops a kept one, a nic socket replaced behind
  * the same number is registered afresh, and a fork child's instances forget
  * the parent's sleepers, so a fresh ferry in the child (after daemon()) gets
- * its own nic's fd in.
+ * its own nic's fd in. A sleeper the nic woke wakes nobody but the other
+ * sleepers for what its loop finds.
  */
 #include "autoconfig.h"
 
@@ -20,12 +21,14 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "preload/epoll.h"
 #include "preload/wait.h"
+#include "transport/sys.h"
 #include "preload_test_util.h"
 
 /* The fake nic: an eventfd that arm hands out as the fd to sleep on. */
@@ -268,4 +271,79 @@ Test(epoll_nic, a_fork_child_forgets_the_parents_sleepers)
 		  "the child's sleeper brought the child's nic's fd in");
 	ffile_notify(f, EPOLLIN, EPOLLIN);
 	cr_assert_eq(pthread_join(s.th, NULL), 0);
+}
+
+/* Writes the library makes, through its table of system calls. */
+static unsigned lib_writes;
+static ssize_t (*real_write)(int, const void *, size_t);
+
+static ssize_t counting_write(int fd, const void *buf, size_t len)
+{
+	__atomic_add_fetch(&lib_writes, 1, __ATOMIC_RELAXED);
+	return real_write(fd, buf, len);
+}
+
+/* The file a packet is for: the loop makes it readable when the fake nic
+ * has something. */
+static struct ffile *packet_file;
+
+static unsigned packet_run(void)
+{
+	uint64_t v;
+	if (read(nic_fd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+		return 0;
+	ffile_notify(packet_file, EPOLLIN, EPOLLIN);
+	return 1;
+}
+
+static const struct wait_progress_ops packet_ops = {.run = packet_run, .arm = nic_arm};
+
+/* Waits (5 s at most) until thread tid sleeps in epoll_pwait. */
+static bool in_epoll_pwait(pid_t tid)
+{
+	char path[64], buf[64];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+	for (int i = 0; i < 5000; i++) {
+		FILE *f = fopen(path, "r");
+		cr_assert_not_null(f);
+		bool sleeping = fgets(buf, sizeof(buf), f) && atoi(buf) == SYS_epoll_pwait;
+		fclose(f);
+		if (sleeping)
+			return true;
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+	return false;
+}
+
+struct tid_sleeper {
+	struct sleeper s;
+	pid_t tid;
+};
+
+static void *tid_sleep_on(void *arg)
+{
+	struct tid_sleeper *t = arg;
+	__atomic_store_n(&t->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	return sleep_on(&t->s);
+}
+
+Test(epoll_nic, a_sleeper_woken_by_the_nic_does_not_wake_itself)
+{
+	int ep = ferry_instance(&packet_file);
+	wait_set_progress(&packet_ops, 0);
+	real_write = sys_table.write;
+	sys_table.write = counting_write;
+	struct tid_sleeper t = {.s = {.ep = ep}};
+	cr_assert_eq(pthread_create(&t.s.th, NULL, tid_sleep_on, &t), 0);
+	pid_t tid;
+	while (!(tid = __atomic_load_n(&t.tid, __ATOMIC_ACQUIRE)))
+		sched_yield();
+	cr_assert(in_epoll_pwait(tid), "the sleeper went to sleep");
+	/* Not write(): the library's own, which would count. */
+	cr_assert_eq(eventfd_write(nic_fd, 1), 0);
+	cr_assert_eq(pthread_join(t.s.th, NULL), 0);
+	sys_table.write = real_write;
+	cr_assert_eq(t.s.got, 1, "the packet's file reported");
+	cr_expect_eq(__atomic_load_n(&lib_writes, __ATOMIC_RELAXED), 0,
+		     "%u writes to wake-up fds with nobody else asleep", lib_writes);
 }

@@ -218,6 +218,7 @@ http {
 }
 EOC
 	tag=srv
+	rm -f "$work"/stats-srv-*.json
 	with "$mode" nginx -c "$work/ng/nginx.conf" -p "$work/ng" >"$work/ng.log" 2>&1 &
 	ng=$!
 	wait_listen "$port" || { echo 0; return; }
@@ -226,6 +227,15 @@ EOC
 	with "$mode" wrk -t 2 -c 50 -d 3 "http://127.0.0.1:$port/k1" >"$work/wrk.log" 2>&1
 	kill -QUIT "$(cat "$work/ng/logs/nginx.pid" 2>/dev/null)" 2>/dev/null
 	wait "$ng" 2>/dev/null
+	# How the connections spread over nginx's processes (the kernel's
+	# accept spreads them over the workers that are awake).
+	if [ "$mode" != kernel ]; then
+		printf '%s:' "$mode" >>"$work/nginx_split"
+		for f in "$work"/stats-srv-*.json; do
+			grep -o '"streams_accepted":[0-9]*' "$f" | cut -d: -f2
+		done | sort -rn | tr '\n' ' ' | sed 's/^/ /; s/ $//' >>"$work/nginx_split"
+		echo >>"$work/nginx_split"
+	fi
 	if grep -q 'Socket errors\|Non-2xx' "$work/wrk.log"; then echo 0; return; fi
 	awk '/Requests\/sec/ {printf "%d\n", $2}' "$work/wrk.log"
 }
@@ -392,3 +402,9 @@ END {
 }
 function target(t, what, ok) { printf "  %-58s %s\n", what, ok ? "met" : "MISSED" }
 ' "$results"
+if [ -s "$work/nginx_split" ]; then
+	echo ""
+	echo "nginx: connections each of its processes accepted over ferry, per run (FERRY_STATS"
+	echo "streams_accepted, most first; the master is one of them and accepts none):"
+	sed 's/^/  /' "$work/nginx_split"
+fi

@@ -541,16 +541,6 @@ static int ep_ctl_ferry(struct fepoll *ep, int op, int fd, struct ffile *f,
 	return rc;
 }
 
-static void ep_nic_remove(struct fepoll *ep)
-{
-	/* Fails harmlessly when the socket behind the number was replaced. */
-	sys()->epoll_ctl(ep->epfd, EPOLL_CTL_DEL, ep->notify_fd, NULL);
-	ep->notify_fd = -1;
-	if (ep->nic_kept)
-		wait_nic_unkeep();
-	ep->nic_kept = false;
-}
-
 void epoll_fork_child(struct ffile *f)
 {
 	struct fepoll *ep = f->priv;
@@ -572,7 +562,7 @@ void epoll_mark_watched(struct ffile *f)
 		/* A packet would make the instance look readable to whoever
 		 * watches it, with nothing behind it: from now on the progress
 		 * thread alone watches the nic for this instance's sleepers. */
-		ep_nic_remove(ep);
+		wait_nic_remove(ep->epfd, &ep->notify_fd, &ep->nic_kept);
 	}
 	__atomic_store_n(&ep->watched, 1, __ATOMIC_RELAXED);
 	bool ready = ep->rhead != NULL;
@@ -773,7 +763,7 @@ static void ep_nic_watch(struct fepoll *ep, int nfd)
 	if (ep->nic_users++ == 0) {
 		unsigned gen = wait_nic_gen();
 		if (ep->notify_fd >= 0 && (ep->notify_fd != nfd || ep->notify_gen != gen))
-			ep_nic_remove(ep);
+			wait_nic_remove(ep->epfd, &ep->notify_fd, &ep->nic_kept);
 		if (ep->notify_fd < 0 && !__atomic_load_n(&ep->watched, __ATOMIC_RELAXED)) {
 			bool keep = !ep->inherited && wait_nic_keep();
 			struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
@@ -794,7 +784,7 @@ static void ep_nic_unwatch(struct fepoll *ep)
 {
 	pthread_mutex_lock(&ep->lock);
 	if (--ep->nic_users == 0 && ep->notify_fd >= 0 && !ep->nic_kept)
-		ep_nic_remove(ep);
+		wait_nic_remove(ep->epfd, &ep->notify_fd, &ep->nic_kept);
 	pthread_mutex_unlock(&ep->lock);
 }
 
@@ -803,7 +793,7 @@ static void ep_nic_unkeep(struct fepoll *ep)
 {
 	pthread_mutex_lock(&ep->lock);
 	if (ep->nic_users == 0 && ep->notify_fd >= 0)
-		ep_nic_remove(ep);
+		wait_nic_remove(ep->epfd, &ep->notify_fd, &ep->nic_kept);
 	pthread_mutex_unlock(&ep->lock);
 }
 

@@ -66,15 +66,14 @@ void wait_nic_replaced(void)
 	__atomic_add_fetch(&wait_nic_generation, 1, __ATOMIC_ACQ_REL);
 }
 
-static void wait_nic_unwatch(struct waiter *w)
+void wait_nic_remove(int epfd, int *notify_fd, bool *kept)
 {
-	/* Fails harmlessly when the socket behind the number was replaced:
-	 * its registration went with it. */
-	sys()->epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->epfd_notify, NULL);
-	w->epfd_notify = -1;
-	if (w->notify_kept)
+	/* A replaced socket's registration went with it. */
+	sys()->epoll_ctl(epfd, EPOLL_CTL_DEL, *notify_fd, NULL);
+	*notify_fd = -1;
+	if (*kept)
 		wait_nic_unkeep();
-	w->notify_kept = false;
+	*kept = false;
 }
 
 /*
@@ -101,7 +100,7 @@ static int wait_epoll(struct waiter *w, int nfd)
 	}
 	unsigned gen = wait_nic_gen();
 	if (w->epfd_notify >= 0 && (w->epfd_notify != nfd || w->notify_gen != gen))
-		wait_nic_unwatch(w);
+		wait_nic_remove(w->epfd, &w->epfd_notify, &w->notify_kept);
 	if (nfd >= 0 && w->epfd_notify < 0) {
 		bool keep = wait_nic_keep();
 		struct epoll_event ev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
@@ -120,7 +119,7 @@ static int wait_epoll(struct waiter *w, int nfd)
 static void wait_epoll_done(struct waiter *w)
 {
 	if (w->epfd_notify >= 0 && !w->notify_kept)
-		wait_nic_unwatch(w);
+		wait_nic_remove(w->epfd, &w->epfd_notify, &w->notify_kept);
 }
 
 static void wait_key_init(void)

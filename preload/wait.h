@@ -54,6 +54,10 @@ void wait_fork_child(void);
  */
 bool wait_nic_keep(void);
 void wait_nic_unkeep(void);
+/* Takes the nic's fd *notify_fd out of epfd (harmlessly gone already when
+ * the socket behind the number was replaced), sets it to -1 and gives back
+ * its place if *kept. */
+void wait_nic_remove(int epfd, int *notify_fd, bool *kept);
 /* Which socket the notification fd number stands for: a registration made
  * under another generation is on a socket that has since been replaced
  * behind the same number (the nic widened, dup3). */

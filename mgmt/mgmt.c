@@ -105,7 +105,11 @@ static void sock_drain(struct mgmt *m, int fd, struct listener *l, short revents
 	}
 	if (!(revents & POLLIN))
 		return;
-	for (int i = 0; i < RX_BUDGET; i++) {
+	/* A shared listener's rendezvous socket is read by every holder: one
+	 * datagram a turn, so a burst of connections is spread over those that
+	 * are awake instead of going to the first to wake. */
+	int budget = l ? 1 : RX_BUDGET;
+	for (int i = 0; i < budget; i++) {
 		uint8_t buf[512];
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
@@ -315,10 +319,10 @@ static bool cmd_run(struct mgmt *m, struct cmd *c, uint64_t now)
 	bool async = !c->sync;
 	struct mgmt_addr addr = c->addr;
 	struct rpc *rpc = c->rpc;
-	bool fresh = c->flags & MGMT_CONNECT_FRESH;
+	unsigned flags = c->flags;
 	if (async)
 		free(c);
-	mgmt_connect_start(m, rpc, &addr, fresh, w, now);
+	mgmt_connect_start(m, rpc, &addr, flags, w, now);
 	return false;
 }
 
@@ -696,12 +700,19 @@ int mgmt_listen_dormant(struct mgmt *m, const struct sockaddr *addr, socklen_t l
 int mgmt_connect(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,
 		 unsigned timeout_ms)
 {
+	return mgmt_connect_flags(m, rpc, addr, len, timeout_ms, 0);
+}
+
+int mgmt_connect_flags(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,
+		       unsigned timeout_ms, unsigned flags)
+{
 	if (mgmt_self == m)
 		return -EDEADLK;
 	struct cmd c;
 	int rc = cmd_init(m, &c, CMD_CONNECT, rpc, addr, len);
 	if (rc)
 		return rc;
+	c.flags = flags;
 	c.timeout_ms = timeout_ms;
 	c.sync = true;
 	return submit(m, &c);

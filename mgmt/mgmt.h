@@ -88,6 +88,9 @@ uint16_t mgmt_listen_port(struct mgmt *m, const struct sockaddr *addr, socklen_t
  */
 int mgmt_connect(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,
 		 unsigned timeout_ms);
+/* The same with flags (MGMT_CONNECT_*, below). */
+int mgmt_connect_flags(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr, socklen_t len,
+		       unsigned timeout_ms, unsigned flags);
 
 /* The same without blocking: done(ctx, session or -errno) runs later on the
  * management thread, without any rpc lock, exactly once (with -ECANCELED
@@ -101,6 +104,12 @@ int mgmt_connect_async(struct mgmt *m, struct rpc *rpc, const struct sockaddr *a
  * shared listener's rendezvous may now be answered by another process);
  * the old session stays for its streams but is not handed out for addr. */
 #define MGMT_CONNECT_FRESH 1u
+/* MGMT_CONNECT_ANOTHER: a handshake of its own even if a session to addr is
+ * up or one is under way, to find out which process answers there now (a
+ * shared listener's holders take turns). When that is a process a session
+ * to addr already goes to, the answer is that session, and the new one is
+ * closed on both sides. */
+#define MGMT_CONNECT_ANOTHER 2u
 int mgmt_connect_async_flags(struct mgmt *m, struct rpc *rpc, const struct sockaddr *addr,
 			     socklen_t len, unsigned timeout_ms, unsigned flags,
 			     mgmt_connect_fn done, void *ctx);

@@ -145,7 +145,7 @@ void mgmt_waiter_done(struct mgmt *m, struct waiter *w, int result);
 void mgmt_reach(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr);
 
 /* mgmt_session.c */
-void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr, bool fresh,
+void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr, unsigned flags,
 			struct waiter *w, uint64_t now);
 void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t *buf, size_t len,
 		      const struct sockaddr *src, socklen_t srclen, uint64_t now);

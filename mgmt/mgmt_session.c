@@ -257,6 +257,17 @@ static bool sess_alive(struct msess *s)
 	return ok;
 }
 
+/* rpc's live client session to peer for the rendezvous address addr. */
+static struct msess *sess_find_twin(struct mgmt *m, struct rpc *rpc, const struct mpeer *peer,
+				    const struct mgmt_addr *addr)
+{
+	for (struct msess *s = m->sessions; s; s = s->next)
+		if (s->up && s->client && s->rpc == rpc && s->peer == peer &&
+		    mgmt_addr_equal(&s->rendezvous, addr) && sess_alive(s))
+			return s;
+	return NULL;
+}
+
 /* The peer sent its last packets (a FIN, say) on the datapath before its
  * goodbye or its death, but whoever runs the endpoint reads them: take them
  * in first, or a clean close would look like a reset. */
@@ -316,11 +327,12 @@ static void pending_send(struct mgmt *m, struct pending *p, uint64_t now)
 		pending_finish(m, p, rc);
 }
 
-void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr, bool fresh,
+void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr *addr, unsigned flags,
 			struct waiter *w, uint64_t now)
 {
 	mgmt_reach(m, rpc, addr);
-	for (struct msess *s = m->sessions; s; s = s->next) {
+	bool fresh = flags & MGMT_CONNECT_FRESH, another = flags & MGMT_CONNECT_ANOTHER;
+	for (struct msess *s = m->sessions; s && !another; s = s->next) {
 		if (!s->up || !s->client || s->rpc != rpc || !mgmt_addr_equal(&s->rendezvous, addr))
 			continue;
 		if (fresh) {
@@ -335,7 +347,7 @@ void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr 
 		sess_close(m, s, -ECONNRESET, true, now);
 		break;
 	}
-	for (struct pending *p = m->pendings; p; p = p->next) {
+	for (struct pending *p = m->pendings; p && !another; p = p->next) {
 		if (p->rpc == rpc && mgmt_addr_equal(&p->addr, addr)) {
 			w->next = p->waiters;
 			p->waiters = w;
@@ -400,6 +412,19 @@ static void on_connect_resp(struct mgmt *m, const struct mgmt_msg *msg, const st
 	if (!peer) {
 		send_disconnect(m, msg->token, msg->uuid, from);
 		pending_finish(m, p, -ENOMEM);
+		return;
+	}
+	struct msess *twin = sess_find_twin(m, p->rpc, peer, &p->addr);
+	if (twin) {
+		/* A process we already have a session to (a look for another
+		 * holder of a shared listener found the same one): one session
+		 * per pair of processes. */
+		send_disconnect(m, msg->token, msg->uuid, from);
+		rpc_lock(p->rpc);
+		if (rpc_session_token(p->rpc, p->session) == p->token)
+			rpc_session_reset(p->rpc, p->session, -ECANCELED);
+		rpc_unlock(p->rpc);
+		pending_finish(m, p, twin->session);
 		return;
 	}
 	int rc = -EPROTO;

@@ -25,8 +25,11 @@ struct peer_entry {
 	bool used;
 	uint64_t stamp;   /* insertion order, for eviction */
 	uint64_t until;   /* plain table */
-	int session;      /* session table */
-	uint64_t token;
+	/* Session table: the sessions to processes that answered, rendezvous
+	 * so far, connects so far, the next session's turn. */
+	int session[PEERCACHE_HOLDERS];
+	uint64_t token[PEERCACHE_HOLDERS];
+	unsigned n, probes, turn, next;
 	struct sockaddr_storage src; /* source table */
 	socklen_t src_len;
 };
@@ -102,15 +105,25 @@ void peercache_set_plain(const struct sockaddr *dst, uint64_t now_ns)
 	pthread_mutex_unlock(&pc_lock);
 }
 
-int peercache_session(const struct sockaddr *dst, uint64_t *token)
+int peercache_session(const struct sockaddr *dst, uint64_t *token, bool *another)
 {
 	struct peer_key k;
 	key_of(dst, true, &k);
 	pthread_mutex_lock(&pc_lock);
 	struct peer_entry *e = find(pc_sess, &k);
-	int s = e ? e->session : -1;
-	if (e)
-		*token = e->token;
+	int s = -1;
+	*another = false;
+	if (e && e->n > 0) {
+		unsigned turn = ++e->turn;
+		unsigned every = e->n > 1 ? PEERCACHE_REPROBE_MANY : PEERCACHE_REPROBE_ONE;
+		if (e->probes < PEERCACHE_PROBES || turn % every == 0) {
+			*another = true;
+		} else {
+			unsigned i = e->next++ % e->n;
+			s = e->session[i];
+			*token = e->token[i];
+		}
+	}
 	pthread_mutex_unlock(&pc_lock);
 	return s;
 }
@@ -121,8 +134,36 @@ void peercache_set_session(const struct sockaddr *dst, int session, uint64_t tok
 	key_of(dst, true, &k);
 	pthread_mutex_lock(&pc_lock);
 	struct peer_entry *e = slot_for(pc_sess, &k);
-	e->session = session;
-	e->token = token;
+	e->probes++;
+	unsigned i = 0;
+	while (i < e->n && (e->session[i] != session || e->token[i] != token))
+		i++;
+	if (i == e->n) {
+		/* Full: the places are reused in turn. */
+		if (e->n == PEERCACHE_HOLDERS)
+			i = e->probes % PEERCACHE_HOLDERS;
+		else
+			e->n++;
+		e->session[i] = session;
+		e->token[i] = token;
+	}
+	pthread_mutex_unlock(&pc_lock);
+}
+
+void peercache_drop_session(const struct sockaddr *dst, int session)
+{
+	struct peer_key k;
+	key_of(dst, true, &k);
+	pthread_mutex_lock(&pc_lock);
+	struct peer_entry *e = find(pc_sess, &k);
+	for (unsigned i = 0; e && i < e->n; i++) {
+		if (e->session[i] != session)
+			continue;
+		e->n--;
+		e->session[i] = e->session[e->n];
+		e->token[i] = e->token[e->n];
+		break;
+	}
 	pthread_mutex_unlock(&pc_lock);
 }
 

@@ -17,10 +17,27 @@
 bool peercache_is_plain(const struct sockaddr *dst, uint64_t now_ns);
 void peercache_set_plain(const struct sockaddr *dst, uint64_t now_ns);
 
-/* The session recorded for dst, or -1; the caller checks it is still up
- * and still carries *token. */
-int peercache_session(const struct sockaddr *dst, uint64_t *token);
+/*
+ * The session to open a stream to dst on, or -1: a rendezvous first. The
+ * caller checks the session is still up and still carries *token, and
+ * forgets it (peercache_drop_session) if not.
+ *
+ * A listener may be shared by several processes (prefork workers), each
+ * answering the rendezvous in turn, and the kernel would spread
+ * connections over them: so the first PEERCACHE_PROBES connections to dst
+ * each rendezvous (*another: with MGMT_CONNECT_ANOTHER), and so does one in
+ * PEERCACHE_REPROBE_MANY (one in PEERCACHE_REPROBE_ONE while only one
+ * process has answered); the others take the processes found in turn.
+ */
+#define PEERCACHE_HOLDERS 4
+#define PEERCACHE_PROBES 3
+#define PEERCACHE_REPROBE_MANY 8
+#define PEERCACHE_REPROBE_ONE 64
+int peercache_session(const struct sockaddr *dst, uint64_t *token, bool *another);
+/* What a rendezvous with dst gave: one more of its processes, or one met
+ * again. */
 void peercache_set_session(const struct sockaddr *dst, int session, uint64_t token);
+void peercache_drop_session(const struct sockaddr *dst, int session);
 
 /* The local address the kernel would use to reach dst (port 0), learnt
  * once per destination address with a connected UDP socket. 0 or -errno. */

@@ -201,12 +201,18 @@ static int sock_local(struct ffile *f, int fd, const struct sockaddr *dst,
 	return sock_bind_local(sk, fd, dst, local, llen);
 }
 
-static int session_cached(const struct sockaddr *dst)
+/* A live session to dst, or -1 for a rendezvous (with the connect flags
+ * to give mgmt in *flags: see peercache_session). */
+static int session_cached(const struct sockaddr *dst, unsigned *flags)
 {
 	uint64_t tok;
-	int ses = peercache_session(dst, &tok);
-	if (ses >= 0 && !(rpc_session_is_up(ferry.rpc, ses) && rpc_session_token(ferry.rpc, ses) == tok))
+	bool another;
+	int ses = peercache_session(dst, &tok, &another);
+	*flags = another ? MGMT_CONNECT_ANOTHER : 0;
+	if (ses >= 0 && !(rpc_session_is_up(ferry.rpc, ses) && rpc_session_token(ferry.rpc, ses) == tok)) {
+		peercache_drop_session(dst, ses);
 		ses = -1;
+	}
 	return ses;
 }
 
@@ -347,7 +353,8 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 	bool nonblock = ffile_nonblock(f);
 
 	ferry_lock();
-	int ses = session_cached((struct sockaddr *)&dst);
+	unsigned flags;
+	int ses = session_cached((struct sockaddr *)&dst, &flags);
 	if (ses >= 0) {
 		rc = sock_open_stream(sk, ses, &local, llen);
 	} else if (nonblock) {
@@ -356,8 +363,9 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 		ferry_unlock();
 		ferry_internal_enter();
 		sk->nb_connect = true;
-		rc = mgmt_connect_async(ferry.mgmt, ferry.rpc, (struct sockaddr *)&dst, dlen,
-					ferry.cfg.connect_timeout_ms, sock_connect_done, f);
+		rc = mgmt_connect_async_flags(ferry.mgmt, ferry.rpc, (struct sockaddr *)&dst, dlen,
+					      ferry.cfg.connect_timeout_ms, flags, sock_connect_done,
+					      f);
 		ferry_internal_leave();
 		if (rc == 0)
 			return -EINPROGRESS;
@@ -370,8 +378,8 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 	} else {
 		ferry_unlock();
 		ferry_internal_enter();
-		ses = mgmt_connect(ferry.mgmt, ferry.rpc, (struct sockaddr *)&dst, dlen,
-				   ferry.cfg.connect_timeout_ms);
+		ses = mgmt_connect_flags(ferry.mgmt, ferry.rpc, (struct sockaddr *)&dst, dlen,
+					 ferry.cfg.connect_timeout_ms, flags);
 		ferry_internal_leave();
 		if (ses < 0) {
 			if (ses == -ETIMEDOUT || ses == -ECONNREFUSED)

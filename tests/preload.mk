@@ -79,6 +79,12 @@ tests_test_preload_phpool_SOURCES = tests/test_preload_phpool.c preload/phpool.c
 	preload/reentry.c preload/reentry.h
 tests_test_preload_phpool_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_phpool_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/test_preload_peercache
+TESTS += tests/test_preload_peercache
+tests_test_preload_peercache_SOURCES = tests/test_preload_peercache.c preload/peercache.c \
+	preload/peercache.h preload/sockaddr.c preload/sockaddr.h
+tests_test_preload_peercache_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_peercache_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/test_preload_sharing
 TESTS += tests/test_preload_sharing
 tests_test_preload_sharing_SOURCES = tests/test_preload_sharing.c $(PRELOAD_TEST_SOURCES)

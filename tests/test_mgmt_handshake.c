@@ -399,3 +399,48 @@ Test(mgmt_handshake, other_datapath_is_refused)
 	cr_assert_eq(r.token, 77);
 	cr_assert_eq(STAT(server, sessions), 0);
 }
+
+static int connect_another(uint16_t p)
+{
+	struct sockaddr_in a = tmu_loopback(p);
+	return mgmt_connect_flags(nexus_mgmt(client), nexus_rpc(client), (struct sockaddr *)&a,
+				  sizeof(a), 5000, MGMT_CONNECT_ANOTHER);
+}
+
+/* A shared listener's holders answer its rendezvous in turn: a look for
+ * another finds whichever answers now, and one that finds a process the
+ * client has a session to already gets that session back, the new one
+ * closed on both sides. */
+Test(mgmt_handshake, a_look_for_another_process_finds_the_one_answering_now)
+{
+	int s1 = connect_port(port, 5000);
+	cr_assert_geq(s1, 0);
+	cr_assert_eq(connect_another(port), s1, "the same process answered");
+	cr_assert_eq(STAT(client, sessions), 1);
+	/* The server made a session for the second handshake; the client's
+	 * goodbye closes it. */
+	while (STAT(server, sessions_closed) != 1)
+		usleep(1000);
+	cr_assert_eq(STAT(server, sessions), 2);
+
+	/* Another process takes the rendezvous port over. */
+	struct nexus *other = tmu_nexus(0, 0);
+	struct sockaddr_in a = tmu_loopback(port);
+	cr_assert_eq(mgmt_unlisten(nexus_mgmt(server), (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(mgmt_listen(nexus_mgmt(other), nexus_rpc(other), (struct sockaddr *)&a, sizeof(a)),
+		     0);
+	int s2 = connect_another(port);
+	cr_assert_geq(s2, 0, "%s", strerror(-s2));
+	cr_expect_neq(s2, s1, "a session to the other process");
+	cr_expect_eq(connect_another(port), s2);
+	struct rpc *rpc = nexus_rpc(client);
+	rpc_lock(rpc);
+	cr_expect(rpc_session_is_up(rpc, s1), "the first stays for its streams");
+	cr_expect(rpc_session_is_up(rpc, s2));
+	rpc_unlock(rpc);
+	cr_expect_eq(STAT(client, sessions), 2);
+	int s3 = connect_port(port, 5000);
+	cr_expect(s3 == s1 || s3 == s2, "a plain connect takes a live one (%d)", s3);
+	cr_expect_eq(STAT(client, sessions), 2);
+	nexus_destroy(other);
+}

@@ -105,24 +105,36 @@ void peercache_set_plain(const struct sockaddr *dst, uint64_t now_ns)
 	pthread_mutex_unlock(&pc_lock);
 }
 
-int peercache_session(const struct sockaddr *dst, uint64_t *token, bool *another)
+/* Whose turn it is among e's sessions (pc_lock held); -1 when none. */
+static int take_turn(struct peer_entry *e, uint64_t *token)
+{
+	if (!e || e->n == 0)
+		return -1;
+	unsigned i = e->next++ % e->n;
+	*token = e->token[i];
+	return e->session[i];
+}
+
+/* The sessions found for dst (pc_lock held), or NULL. */
+static struct peer_entry *sessions_of(const struct sockaddr *dst)
 {
 	struct peer_key k;
 	key_of(dst, true, &k);
+	return find(pc_sess, &k);
+}
+
+int peercache_session(const struct sockaddr *dst, uint64_t *token, bool *another)
+{
 	pthread_mutex_lock(&pc_lock);
-	struct peer_entry *e = find(pc_sess, &k);
+	struct peer_entry *e = sessions_of(dst);
 	int s = -1;
 	*another = false;
 	if (e && e->n > 0) {
-		unsigned turn = ++e->turn;
 		unsigned every = e->n > 1 ? PEERCACHE_REPROBE_MANY : PEERCACHE_REPROBE_ONE;
-		if (e->probes < PEERCACHE_PROBES || turn % every == 0) {
+		if (e->probes < PEERCACHE_PROBES || ++e->turn % every == 0)
 			*another = true;
-		} else {
-			unsigned i = e->next++ % e->n;
-			s = e->session[i];
-			*token = e->token[i];
-		}
+		else
+			s = take_turn(e, token);
 	}
 	pthread_mutex_unlock(&pc_lock);
 	return s;
@@ -150,12 +162,18 @@ void peercache_set_session(const struct sockaddr *dst, int session, uint64_t tok
 	pthread_mutex_unlock(&pc_lock);
 }
 
+int peercache_next(const struct sockaddr *dst, uint64_t *token)
+{
+	pthread_mutex_lock(&pc_lock);
+	int s = take_turn(sessions_of(dst), token);
+	pthread_mutex_unlock(&pc_lock);
+	return s;
+}
+
 void peercache_drop_session(const struct sockaddr *dst, int session)
 {
-	struct peer_key k;
-	key_of(dst, true, &k);
 	pthread_mutex_lock(&pc_lock);
-	struct peer_entry *e = find(pc_sess, &k);
+	struct peer_entry *e = sessions_of(dst);
 	for (unsigned i = 0; e && i < e->n; i++) {
 		if (e->session[i] != session)
 			continue;

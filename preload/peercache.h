@@ -38,6 +38,11 @@ int peercache_session(const struct sockaddr *dst, uint64_t *token, bool *another
  * again. */
 void peercache_set_session(const struct sockaddr *dst, int session, uint64_t token);
 void peercache_drop_session(const struct sockaddr *dst, int session);
+/* The session whose turn it is among those dst's rendezvous found, or -1
+ * when none is known; as peercache_session, without asking again. A burst
+ * of connections that waited on one rendezvous is spread over the
+ * processes that the others (MGMT_CONNECT_ANOTHER) found meanwhile. */
+int peercache_next(const struct sockaddr *dst, uint64_t *token);
 
 /* The local address the kernel would use to reach dst (port 0), learnt
  * once per destination address with a connected UDP socket. 0 or -errno. */

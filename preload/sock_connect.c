@@ -216,6 +216,19 @@ static int session_cached(const struct sockaddr *dst, unsigned *flags)
 	return ses;
 }
 
+/* A rendezvous with dst gave ses (endpoint lock held): recorded, and the
+ * session whose turn it is taken, so the connections that waited on one
+ * rendezvous are spread too (peercache_next). */
+static int session_found(const struct sockaddr *dst, int ses)
+{
+	peercache_set_session(dst, ses, rpc_session_token(ferry.rpc, ses));
+	uint64_t tok;
+	int next = peercache_next(dst, &tok);
+	if (next >= 0 && rpc_session_is_up(ferry.rpc, next) && rpc_session_token(ferry.rpc, next) == tok)
+		return next;
+	return ses;
+}
+
 static void sock_connect_done(void *ctx, int ses)
 {
 	struct ffile *f = ctx;
@@ -224,11 +237,9 @@ static void sock_connect_done(void *ctx, int ses)
 	ferry_lock();
 	bool live = sk->state == FSOCK_CONNECTING;
 	int rc = -ENOTCONN;
-	if (live && ses >= 0) {
-		peercache_set_session((struct sockaddr *)&sk->dst, ses,
-				      rpc_session_token(ferry.rpc, ses));
-		rc = sock_open_stream(sk, ses, &sk->src, sk->src_len);
-	}
+	if (live && ses >= 0)
+		rc = sock_open_stream(sk, session_found((struct sockaddr *)&sk->dst, ses), &sk->src,
+				      sk->src_len);
 	if (live && rc != 0)
 		sk->state = FSOCK_NEW;
 	ferry_unlock();
@@ -388,8 +399,7 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 			return sock_kernel_connect(f, fd, a, l);
 		}
 		ferry_lock();
-		peercache_set_session((struct sockaddr *)&dst, ses, rpc_session_token(ferry.rpc, ses));
-		rc = sock_open_stream(sk, ses, &local, llen);
+		rc = sock_open_stream(sk, session_found((struct sockaddr *)&dst, ses), &local, llen);
 	}
 	ferry_unlock();
 	if (rc) {

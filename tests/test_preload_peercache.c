@@ -123,3 +123,20 @@ Test(peercache, the_places_are_bounded)
 	}
 	cr_expect_eq(distinct, PEERCACHE_HOLDERS);
 }
+
+Test(peercache, the_next_session_comes_in_turn_without_asking_again)
+{
+	uint64_t tok;
+	cr_expect_eq(peercache_next(d(), &tok), -1, "none known");
+	peercache_set_session(d(), 3, 1003);
+	peercache_set_session(d(), 5, 1005);
+	unsigned used[8] = {0};
+	for (int i = 0; i < 10; i++) {
+		int s = peercache_next(d(), &tok);
+		cr_assert(s == 3 || s == 5, "session %d", s);
+		cr_assert_eq(tok, 1000u + (unsigned)s);
+		used[s]++;
+	}
+	cr_expect_eq(used[3], 5);
+	cr_expect_eq(used[5], 5);
+}

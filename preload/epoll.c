@@ -797,6 +797,14 @@ static void ep_nic_unkeep(struct fepoll *ep)
 	pthread_mutex_unlock(&ep->lock);
 }
 
+/* A spin found its events: while the instance's waiters spin, a kept nic's
+ * fd would only put a wake-up callback into every packet's path. */
+static void ep_spun(struct fepoll *ep)
+{
+	wait_spin_outcome(true);
+	ep_nic_unkeep(ep);
+}
+
 static int ms_until(uint64_t deadline)
 {
 	if (deadline == UINT64_MAX)
@@ -832,7 +840,7 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		n = ep_harvest(ep, events, max);
 		if (n > 0) {
 			if (spin_us)
-				wait_spin_outcome(true);
+				ep_spun(ep);
 			return n;
 		}
 		/* Not on the first turn: ferry's answer is usually there by then. */
@@ -840,7 +848,7 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 			int k = ep_kernel(ep, events, max, 0, NULL, false);
 			if (k != 0) {
 				if (spin_us && k > 0)
-					wait_spin_outcome(true);
+					ep_spun(ep);
 				return k;
 			}
 		}

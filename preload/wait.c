@@ -295,6 +295,12 @@ unsigned wait_spin_us(void)
 
 void wait_spin_outcome(bool found)
 {
+	struct waiter *w = wait_tls;
+	/* A thread that spins does not sleep: a kept nic's fd would only put
+	 * a wake-up callback into every packet's path. The next sleep adds it
+	 * again. */
+	if (found && w && w->notify_kept)
+		wait_nic_remove(w->epfd, &w->epfd_notify, &w->notify_kept);
 	if (found)
 		wait_spin_misses = 0;
 	else if (wait_spin_misses < WAIT_SPIN_MISSES)

@@ -8,7 +8,9 @@
  * the same number is registered afresh, and a fork child's instances forget
  * the parent's sleepers, so a fresh ferry in the child (after daemon()) gets
  * its own nic's fd in. A sleeper the nic woke wakes nobody but the other
- * sleepers for what its loop finds.
+ * sleepers for what its loop finds. A spin that finds its events drops a
+ * kept registration: a spinning thread does not sleep, and the fd would
+ * only put a wake-up callback into every packet's path.
  */
 #include "autoconfig.h"
 
@@ -346,4 +348,27 @@ Test(epoll_nic, a_sleeper_woken_by_the_nic_does_not_wake_itself)
 	cr_assert_eq(t.s.got, 1, "the packet's file reported");
 	cr_expect_eq(__atomic_load_n(&lib_writes, __ATOMIC_RELAXED), 0,
 		     "%u writes to wake-up fds with nobody else asleep", lib_writes);
+}
+
+static const struct wait_progress_ops spin_ops = {.run = packet_run, .arm = nic_arm};
+
+Test(epoll_nic, a_spin_that_finds_its_event_drops_the_kept_nic_fd)
+{
+	int ep = ferry_instance(&packet_file);
+	sleep_once(ep, packet_file);
+	cr_assert(registered(ep, nic_fd), "kept after a sleep");
+	/* The loop's first pass in the spin brings the event in. */
+	cr_assert_eq(eventfd_write(nic_fd, 1), 0);
+	wait_set_progress(&spin_ops, 1000000);
+	struct epoll_event ev;
+	cr_assert_eq(epoll_wait(ep, &ev, 1, -1), 1);
+	cr_expect_not(registered(ep, nic_fd), "dropped by the spin that found it");
+
+	struct waiter *w = wait_self();
+	wait_set_progress(&nic_ops, 0);
+	struct timespec ms = {0, 1000000};
+	cr_assert_geq(wait_block(w, NULL, 0, &ms, NULL), 0);
+	cr_assert(registered(w->epfd, nic_fd), "the thread's own epoll keeps it after a sleep");
+	wait_spin_outcome(true);
+	cr_expect_not(registered(w->epfd, nic_fd), "and drops it when a spin finds its event");
 }

@@ -583,9 +583,11 @@ Test(rpc_protocol, udp_gso_paced_loss_every_byte, .timeout = 240)
 				      err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(ferry_config_set(&cfg, "FERRY_CC", "on", err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(ferry_config_set(&cfg, "FERRY_LINK_GBPS", "1", err, sizeof(err)), 0, "%s", err);
-	/* Longer than the responder's pauses: timeouts would leave no RTT
-	 * sample (Karn), and without samples Timely never slows down. */
-	cfg.rto_us = 5000;
+	/* Longer than the responder's pauses, and than the queue its batches
+	 * let build up behind them: timeouts would leave no RTT sample (Karn),
+	 * and without samples Timely never slows down (at 5 ms, one sanitizer
+	 * run in three timed out from the start and never paced). */
+	cfg.rto_us = 20000;
 	struct harness *h = setup("udp", &cfg);
 	paced_echo(h, 100, 29, 40);
 	cr_assert_gt(h->p.st_b.udp_gso_sends, 0, "responses leave in segmented sends");

@@ -229,6 +229,24 @@ static int session_found(const struct sockaddr *dst, int ses)
 	return ses;
 }
 
+/* A rendezvous with dst failed (endpoint lock held): a live session that
+ * an earlier one found serves instead, else -1. A look for another process
+ * may fail while the listener changes hands (nginx's reload), and the
+ * destination is no less a ferry one for it. */
+static int session_known(const struct sockaddr *dst)
+{
+	for (unsigned i = 0; i < PEERCACHE_HOLDERS; i++) {
+		uint64_t tok;
+		int s = peercache_next(dst, &tok);
+		if (s < 0)
+			return -1;
+		if (rpc_session_is_up(ferry.rpc, s) && rpc_session_token(ferry.rpc, s) == tok)
+			return s;
+		peercache_drop_session(dst, s);
+	}
+	return -1;
+}
+
 static void sock_connect_done(void *ctx, int ses)
 {
 	struct ffile *f = ctx;
@@ -237,9 +255,14 @@ static void sock_connect_done(void *ctx, int ses)
 	ferry_lock();
 	bool live = sk->state == FSOCK_CONNECTING;
 	int rc = -ENOTCONN;
-	if (live && ses >= 0)
-		rc = sock_open_stream(sk, session_found((struct sockaddr *)&sk->dst, ses), &sk->src,
-				      sk->src_len);
+	if (live) {
+		const struct sockaddr *dst = (struct sockaddr *)&sk->dst;
+		int use = ses >= 0 ? session_found(dst, ses) : session_known(dst);
+		if (use >= 0) {
+			ses = use;
+			rc = sock_open_stream(sk, use, &sk->src, sk->src_len);
+		}
+	}
 	if (live && rc != 0)
 		sk->state = FSOCK_NEW;
 	ferry_unlock();
@@ -392,14 +415,17 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 		ses = mgmt_connect_flags(ferry.mgmt, ferry.rpc, (struct sockaddr *)&dst, dlen,
 					 ferry.cfg.connect_timeout_ms, flags);
 		ferry_internal_leave();
-		if (ses < 0) {
+		ferry_lock();
+		int use = ses >= 0 ? session_found((struct sockaddr *)&dst, ses)
+				   : session_known((struct sockaddr *)&dst);
+		if (use < 0) {
+			ferry_unlock();
 			if (ses == -ETIMEDOUT || ses == -ECONNREFUSED)
 				peercache_set_plain((struct sockaddr *)&dst, clock_now_ns());
 			count_fallback(ses);
 			return sock_kernel_connect(f, fd, a, l);
 		}
-		ferry_lock();
-		rc = sock_open_stream(sk, session_found((struct sockaddr *)&dst, ses), &local, llen);
+		rc = sock_open_stream(sk, use, &local, llen);
 	}
 	ferry_unlock();
 	if (rc) {

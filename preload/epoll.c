@@ -52,9 +52,7 @@ struct fepoll {
 	int sleepers; /* atomic */
 	int watched;  /* atomic: inside another epoll or polled */
 	int signaled; /* atomic: wakefd holds a count */
-	int notify_fd; /* the nic's while in the kernel instance, else -1 */
-	unsigned notify_gen; /* wait_nic_gen() when it was added */
-	bool nic_kept;  /* notify_fd stays between sleeps (wait_nic_keep) */
+	struct wait_nic_reg nic; /* the nic's fd in the kernel instance (ep lock) */
 	bool inherited; /* the kernel instance is shared with a fork parent */
 	int nic_users; /* threads asleep here that want the nic's fd */
 	unsigned calls;
@@ -372,7 +370,7 @@ static void fepoll_release(struct ffile *file)
 		pthread_mutex_unlock(&ep->lock);
 		pthread_mutex_unlock(&f->wlock);
 	}
-	if (ep->nic_kept)
+	if (ep->nic.kept)
 		wait_nic_unkeep();
 	sys()->close(ep->wakefd);
 	if (ep->osfd >= 0)
@@ -405,7 +403,7 @@ static struct ffile *fepoll_convert(int epfd, int *err)
 		free(ep);
 		return NULL;
 	}
-	ep->notify_fd = -1;
+	ep->nic.fd = -1;
 	ep->osfd = -1;
 	struct ffile *f = ffile_new(&fdtab, FFILE_EPOLL);
 	if (!f) {
@@ -545,11 +543,10 @@ void epoll_fork_child(struct ffile *f)
 {
 	struct fepoll *ep = f->priv;
 	ep->nic_users = 0;
-	ep->notify_fd = -1;
 	/* wait_fork_child counts the places afresh. The instance is the
 	 * parent's too: a nic kept there would wake the parent's sleepers for
 	 * the child's packets, so this one adds it per sleep only. */
-	ep->nic_kept = false;
+	ep->nic = (struct wait_nic_reg){.fd = -1};
 	ep->inherited = true;
 	__atomic_store_n(&ep->sleepers, 0, __ATOMIC_RELAXED);
 }
@@ -558,11 +555,11 @@ void epoll_mark_watched(struct ffile *f)
 {
 	struct fepoll *ep = f->priv;
 	pthread_mutex_lock(&ep->lock);
-	if (!ep->watched && ep->notify_fd >= 0) {
+	if (!ep->watched && ep->nic.fd >= 0) {
 		/* A packet would make the instance look readable to whoever
 		 * watches it, with nothing behind it: from now on the progress
 		 * thread alone watches the nic for this instance's sleepers. */
-		wait_nic_remove(ep->epfd, &ep->notify_fd, &ep->nic_kept);
+		wait_nic_remove(ep->epfd, &ep->nic);
 	}
 	__atomic_store_n(&ep->watched, 1, __ATOMIC_RELAXED);
 	bool ready = ep->rhead != NULL;
@@ -760,31 +757,16 @@ static int ep_kernel(struct fepoll *ep, struct epoll_event *ev, int max, int tim
 static void ep_nic_watch(struct fepoll *ep, int nfd)
 {
 	pthread_mutex_lock(&ep->lock);
-	if (ep->nic_users++ == 0) {
-		unsigned gen = wait_nic_gen();
-		if (ep->notify_fd >= 0 && (ep->notify_fd != nfd || ep->notify_gen != gen))
-			wait_nic_remove(ep->epfd, &ep->notify_fd, &ep->nic_kept);
-		if (ep->notify_fd < 0 && !__atomic_load_n(&ep->watched, __ATOMIC_RELAXED)) {
-			bool keep = !ep->inherited && wait_nic_keep();
-			struct epoll_event nev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
-						  .data.ptr = &ep_notify_tag};
-			if (sys()->epoll_ctl(ep->epfd, EPOLL_CTL_ADD, nfd, &nev) == 0) {
-				ep->notify_fd = nfd;
-				ep->notify_gen = gen;
-				ep->nic_kept = keep;
-			} else if (keep) {
-				wait_nic_unkeep();
-			}
-		}
-	}
+	if (ep->nic_users++ == 0 && !__atomic_load_n(&ep->watched, __ATOMIC_RELAXED))
+		wait_nic_add(ep->epfd, &ep->nic, nfd, &ep_notify_tag, !ep->inherited);
 	pthread_mutex_unlock(&ep->lock);
 }
 
 static void ep_nic_unwatch(struct fepoll *ep)
 {
 	pthread_mutex_lock(&ep->lock);
-	if (--ep->nic_users == 0 && ep->notify_fd >= 0 && !ep->nic_kept)
-		wait_nic_remove(ep->epfd, &ep->notify_fd, &ep->nic_kept);
+	if (--ep->nic_users == 0 && ep->nic.fd >= 0 && !ep->nic.kept)
+		wait_nic_remove(ep->epfd, &ep->nic);
 	pthread_mutex_unlock(&ep->lock);
 }
 
@@ -792,8 +774,8 @@ static void ep_nic_unwatch(struct fepoll *ep)
 static void ep_nic_unkeep(struct fepoll *ep)
 {
 	pthread_mutex_lock(&ep->lock);
-	if (ep->nic_users == 0 && ep->notify_fd >= 0)
-		wait_nic_remove(ep->epfd, &ep->notify_fd, &ep->nic_kept);
+	if (ep->nic_users == 0 && ep->nic.fd >= 0)
+		wait_nic_remove(ep->epfd, &ep->nic);
 	pthread_mutex_unlock(&ep->lock);
 }
 
@@ -802,7 +784,10 @@ static void ep_nic_unkeep(struct fepoll *ep)
 static void ep_spun(struct fepoll *ep)
 {
 	wait_spin_outcome(true);
-	ep_nic_unkeep(ep);
+	/* The lock only when there is something to drop: this is every
+	 * spinning request's path. */
+	if (__atomic_load_n(&ep->nic.kept, __ATOMIC_RELAXED))
+		ep_nic_unkeep(ep);
 }
 
 static int ms_until(uint64_t deadline)

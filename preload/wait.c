@@ -27,7 +27,7 @@ static unsigned wait_spin;
 static void wait_destroy(void *p)
 {
 	struct waiter *w = p;
-	if (w->notify_kept)
+	if (w->nic.kept)
 		wait_nic_unkeep();
 	sys()->close(w->efd);
 	if (w->epfd >= 0)
@@ -66,14 +66,30 @@ void wait_nic_replaced(void)
 	__atomic_add_fetch(&wait_nic_generation, 1, __ATOMIC_ACQ_REL);
 }
 
-void wait_nic_remove(int epfd, int *notify_fd, bool *kept)
+void wait_nic_remove(int epfd, struct wait_nic_reg *r)
 {
-	/* A replaced socket's registration went with it. */
-	sys()->epoll_ctl(epfd, EPOLL_CTL_DEL, *notify_fd, NULL);
-	*notify_fd = -1;
-	if (*kept)
+	sys()->epoll_ctl(epfd, EPOLL_CTL_DEL, r->fd, NULL);
+	r->fd = -1;
+	if (__atomic_exchange_n(&r->kept, false, __ATOMIC_RELAXED))
 		wait_nic_unkeep();
-	*kept = false;
+}
+
+void wait_nic_add(int epfd, struct wait_nic_reg *r, int nfd, void *tag, bool may_keep)
+{
+	unsigned gen = wait_nic_gen();
+	if (r->fd >= 0 && (r->fd != nfd || r->gen != gen))
+		wait_nic_remove(epfd, r);
+	if (r->fd >= 0)
+		return;
+	bool keep = may_keep && wait_nic_keep();
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE, .data.ptr = tag};
+	if (sys()->epoll_ctl(epfd, EPOLL_CTL_ADD, nfd, &ev) == 0) {
+		r->fd = nfd;
+		r->gen = gen;
+		__atomic_store_n(&r->kept, keep, __ATOMIC_RELAXED);
+	} else if (keep) {
+		wait_nic_unkeep();
+	}
 }
 
 /*
@@ -98,28 +114,17 @@ static int wait_epoll(struct waiter *w, int nfd)
 			return -1;
 		}
 	}
-	unsigned gen = wait_nic_gen();
-	if (w->epfd_notify >= 0 && (w->epfd_notify != nfd || w->notify_gen != gen))
-		wait_nic_remove(w->epfd, &w->epfd_notify, &w->notify_kept);
-	if (nfd >= 0 && w->epfd_notify < 0) {
-		bool keep = wait_nic_keep();
-		struct epoll_event ev = {.events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
-					 .data.ptr = &wait_notify_tag};
-		if (c->epoll_ctl(w->epfd, EPOLL_CTL_ADD, nfd, &ev) == 0) {
-			w->epfd_notify = nfd;
-			w->notify_gen = gen;
-			w->notify_kept = keep;
-		} else if (keep) {
-			wait_nic_unkeep();
-		}
-	}
+	if (nfd >= 0)
+		wait_nic_add(w->epfd, &w->nic, nfd, &wait_notify_tag, true);
+	else if (w->nic.fd >= 0)
+		wait_nic_remove(w->epfd, &w->nic);
 	return w->epfd;
 }
 
 static void wait_epoll_done(struct waiter *w)
 {
-	if (w->epfd_notify >= 0 && !w->notify_kept)
-		wait_nic_remove(w->epfd, &w->epfd_notify, &w->notify_kept);
+	if (w->nic.fd >= 0 && !w->nic.kept)
+		wait_nic_remove(w->epfd, &w->nic);
 }
 
 static void wait_key_init(void)
@@ -142,9 +147,7 @@ struct waiter *wait_self(void)
 	}
 	w->signaled = 0;
 	w->epfd = -1;
-	w->epfd_notify = -1;
-	w->notify_gen = 0;
-	w->notify_kept = false;
+	w->nic = (struct wait_nic_reg){.fd = -1};
 	wait_tls = w;
 	pthread_setspecific(wait_key, w);
 	return w;
@@ -299,8 +302,8 @@ void wait_spin_outcome(bool found)
 	/* A thread that spins does not sleep: a kept nic's fd would only put
 	 * a wake-up callback into every packet's path. The next sleep adds it
 	 * again. */
-	if (found && w && w->notify_kept)
-		wait_nic_remove(w->epfd, &w->epfd_notify, &w->notify_kept);
+	if (found && w && w->nic.kept)
+		wait_nic_remove(w->epfd, &w->nic);
 	if (found)
 		wait_spin_misses = 0;
 	else if (wait_spin_misses < WAIT_SPIN_MISSES)
@@ -323,7 +326,7 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 			return 0;
 		}
 	}
-	if (nk == 0 && w && wait_epoll(w, nfd) >= 0 && (nfd < 0 || w->epfd_notify == nfd)) {
+	if (nk == 0 && w && wait_epoll(w, nfd) >= 0 && (nfd < 0 || w->nic.fd == nfd)) {
 		struct epoll_event ev[2];
 		int ms = -1;
 		if (timeout) {

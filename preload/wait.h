@@ -17,13 +17,20 @@
 
 struct ffile;
 
+/* The nic's notification fd as one epoll instance holds it (see
+ * wait_nic_keep). Changed under the instance's owner's lock; kept is also
+ * read without it, as a hint. */
+struct wait_nic_reg {
+	int fd;       /* -1: not in the instance */
+	unsigned gen; /* wait_nic_gen() when it was added */
+	bool kept;    /* atomic: stays between sleeps */
+};
+
 struct waiter {
 	int efd;
 	int signaled; /* atomic: efd holds a count */
 	int epfd;     /* efd plus the nic's notification fd (exclusive), or -1 */
-	int epfd_notify; /* the notification fd epfd holds, -1 */
-	unsigned notify_gen; /* wait_nic_gen() when it was added */
-	bool notify_kept;    /* held between sleeps (wait_nic_keep) */
+	struct wait_nic_reg nic;
 };
 
 struct wait_node {
@@ -54,10 +61,14 @@ void wait_fork_child(void);
  */
 bool wait_nic_keep(void);
 void wait_nic_unkeep(void);
-/* Takes the nic's fd *notify_fd out of epfd (harmlessly gone already when
- * the socket behind the number was replaced), sets it to -1 and gives back
- * its place if *kept. */
-void wait_nic_remove(int epfd, int *notify_fd, bool *kept);
+/* Puts nfd in epfd under tag, exclusive and edge-triggered, kept between
+ * sleeps when may_keep and a place is free; a registration of another fd or
+ * of an older generation is taken out first. Nothing when r holds it
+ * already. */
+void wait_nic_add(int epfd, struct wait_nic_reg *r, int nfd, void *tag, bool may_keep);
+/* Takes r's fd out of epfd (harmlessly gone already when the socket behind
+ * the number was replaced) and gives back its place. */
+void wait_nic_remove(int epfd, struct wait_nic_reg *r);
 /* Which socket the notification fd number stands for: a registration made
  * under another generation is on a socket that has since been replaced
  * behind the same number (the nic widened, dup3). */

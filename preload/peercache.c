@@ -25,11 +25,12 @@ struct peer_entry {
 	bool used;
 	uint64_t stamp;   /* insertion order, for eviction */
 	uint64_t until;   /* plain table */
-	/* Session table: the sessions to processes that answered, rendezvous
-	 * so far, connects so far, the next session's turn. */
+	/* Session table: the sessions to processes that answered; rendezvous
+	 * asked for (counted as they start, so a burst of connects asks no
+	 * more than the first few), answers recorded, connects, whose turn. */
 	int session[PEERCACHE_HOLDERS];
 	uint64_t token[PEERCACHE_HOLDERS];
-	unsigned n, probes, turn, next;
+	unsigned n, asked, found, turn, next;
 	struct sockaddr_storage src; /* source table */
 	socklen_t src_len;
 };
@@ -131,9 +132,10 @@ int peercache_session(const struct sockaddr *dst, uint64_t *token, bool *another
 	*another = false;
 	if (e && e->n > 0) {
 		unsigned every = e->n > 1 ? PEERCACHE_REPROBE_MANY : PEERCACHE_REPROBE_ONE;
-		if (e->probes < PEERCACHE_PROBES || ++e->turn % every == 0)
+		if (e->asked < PEERCACHE_PROBES || ++e->turn % every == 0) {
+			e->asked++;
 			*another = true;
-		else
+		} else
 			s = take_turn(e, token);
 	}
 	pthread_mutex_unlock(&pc_lock);
@@ -146,14 +148,16 @@ void peercache_set_session(const struct sockaddr *dst, int session, uint64_t tok
 	key_of(dst, true, &k);
 	pthread_mutex_lock(&pc_lock);
 	struct peer_entry *e = slot_for(pc_sess, &k);
-	e->probes++;
+	/* Every answer was asked for, by a look or a plain rendezvous. */
+	if (e->asked < ++e->found)
+		e->asked = e->found;
 	unsigned i = 0;
 	while (i < e->n && (e->session[i] != session || e->token[i] != token))
 		i++;
 	if (i == e->n) {
 		/* Full: the places are reused in turn. */
 		if (e->n == PEERCACHE_HOLDERS)
-			i = e->probes % PEERCACHE_HOLDERS;
+			i = e->found % PEERCACHE_HOLDERS;
 		else
 			e->n++;
 		e->session[i] = session;

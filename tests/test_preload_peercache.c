@@ -140,3 +140,22 @@ Test(peercache, the_next_session_comes_in_turn_without_asking_again)
 	cr_expect_eq(used[3], 5);
 	cr_expect_eq(used[5], 5);
 }
+
+Test(peercache, a_burst_of_connects_asks_no_more_than_the_first_few)
+{
+	peercache_set_session(d(), 3, 1003);
+	unsigned asked = 0;
+	for (int i = 0; i < 50; i++) {
+		bool another = false;
+		int s = pick(&another);
+		if (s < 0) {
+			cr_assert(another);
+			asked++;
+		} else {
+			cr_assert_eq(s, 3);
+		}
+	}
+	/* None of the looks has answered yet: 50 connects at once (a load
+	 * generator's start) must not make 50 handshakes. */
+	cr_expect_eq(asked, PEERCACHE_PROBES - 1, "%u looks for 50 connects", asked);
+}

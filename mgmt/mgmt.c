@@ -414,10 +414,15 @@ static void *mgmt_main(void *arg)
 		nfds_t n = poll_set(m, &nsock);
 		if (n == 0) {
 			struct pollfd ev = {.fd = m->evfd, .events = POLLIN};
+			thread_pause_sleep_begin(&m->pause);
 			sys()->poll(&ev, 1, timeout < 10 ? timeout : 10);
+			thread_pause_sleep_end(&m->pause);
 			continue;
 		}
-		if (sys()->poll(m->pfd, n, timeout) <= 0)
+		thread_pause_sleep_begin(&m->pause);
+		int ready = sys()->poll(m->pfd, n, timeout);
+		thread_pause_sleep_end(&m->pause);
+		if (ready <= 0)
 			continue;
 		uint64_t now = clock_now_ns();
 		for (nfds_t i = 1; i < nsock; i++)
@@ -463,7 +468,7 @@ static int submit(struct mgmt *m, struct cmd *c)
 
 void mgmt_hold(struct mgmt *m)
 {
-	thread_pause_hold(&m->pause, m->evfd);
+	thread_pause_hold(&m->pause);
 }
 
 void mgmt_release(struct mgmt *m)

@@ -353,8 +353,11 @@ static void *ho_main(void *arg)
 		int timeout = orphans || n == 128 ? 100 : -1;
 		if (pass_timeout >= 0 && (timeout < 0 || pass_timeout < timeout))
 			timeout = pass_timeout;
+		thread_pause_sleep_begin(&ho_pause);
 		int r = sys()->poll(p, n, timeout);
-		if (r < 0 && errno != EINTR)
+		int poll_errno = errno;
+		thread_pause_sleep_end(&ho_pause);
+		if (r < 0 && poll_errno != EINTR)
 			break;
 		if (p[1].revents) {
 			uint64_t v;
@@ -444,7 +447,7 @@ void handover_fork_prepare(void)
 void handover_hold(void)
 {
 	if (ho_started)
-		thread_pause_hold(&ho_pause, ho_wake);
+		thread_pause_hold(&ho_pause);
 }
 
 void handover_release(void)

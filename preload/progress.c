@@ -196,7 +196,9 @@ static void *progress_main(void *arg)
 				timeout = 0; /* a write slipped in before the flag */
 		}
 		struct epoll_event ev[3];
+		thread_pause_sleep_begin(&pg_pause);
 		int k = c->epoll_wait(ep, ev, 3, timeout);
+		thread_pause_sleep_end(&pg_pause);
 		__atomic_store_n(&pg_long_sleep, 0, __ATOMIC_RELAXED);
 		bool notified = false;
 		for (int i = 0; i < k; i++) {
@@ -252,7 +254,7 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spi
 
 void progress_hold(void)
 {
-	thread_pause_hold(&pg_pause, pg_efd);
+	thread_pause_hold(&pg_pause);
 }
 
 void progress_release(void)

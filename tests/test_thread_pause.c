@@ -1,10 +1,12 @@
-/* thread_pause: a held thread is parked where it holds nothing, holds nest,
- * and a thread that does not run is never waited for. */
+/* thread_pause: a held thread is parked where it holds nothing, one asleep
+ * in the kernel is left asleep and parks as it wakes, holds nest, and a
+ * thread that does not run is never waited for. */
 #include "autoconfig.h"
 
 #include <criterion/criterion.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -18,19 +20,28 @@ struct worker {
 	int wake;             /* eventfd it sleeps on, with no timeout */
 	unsigned long rounds; /* atomic */
 	int stop;             /* atomic */
+	int spin;             /* atomic: keep working (holding work) while set */
+	int working;          /* atomic: inside the work, past the pause point */
 	pthread_t thread;
 };
 
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
+	/* Its only pause points are around its sleep: it works as soon as it
+	 * wakes, as mgmt_main reads its sockets. */
 	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
-		thread_pause_point(&w->pause);
 		pthread_mutex_lock(&w->work);
+		__atomic_store_n(&w->working, 1, __ATOMIC_RELEASE);
 		__atomic_add_fetch(&w->rounds, 1, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&w->spin, __ATOMIC_ACQUIRE))
+			sched_yield();
+		__atomic_store_n(&w->working, 0, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&w->work);
 		struct pollfd p = {.fd = w->wake, .events = POLLIN};
+		thread_pause_sleep_begin(&w->pause);
 		poll(&p, 1, -1);
+		thread_pause_sleep_end(&w->pause);
 		uint64_t v;
 		ssize_t r = read(w->wake, &v, sizeof(v));
 		(void)r;
@@ -53,6 +64,8 @@ static void start(struct worker *w)
 	cr_assert_geq(w->wake, 0);
 	w->rounds = 0;
 	w->stop = 0;
+	w->spin = 0;
+	w->working = 0;
 	thread_pause_running(&w->pause, true);
 	cr_assert_eq(pthread_create(&w->thread, NULL, worker_main, w), 0);
 }
@@ -91,29 +104,92 @@ static bool ran_while_held(struct worker *w)
 	return rounds(w) != before;
 }
 
-Test(thread_pause, a_held_thread_sleeping_in_the_kernel_is_woken_and_parked_holding_nothing)
+/* Until the worker is asleep in poll (it marks the sleep just before). */
+static void wait_asleep(struct worker *w)
+{
+	for (int i = 0; i < 100000 && !__atomic_load_n(&w->pause.asleep, __ATOMIC_ACQUIRE); i++)
+		usleep(100);
+	cr_assert(__atomic_load_n(&w->pause.asleep, __ATOMIC_ACQUIRE), "the worker never slept");
+}
+
+static bool parked(struct worker *w)
+{
+	pthread_mutex_lock(&w->pause.mu);
+	bool p = w->pause.parked;
+	pthread_mutex_unlock(&w->pause.mu);
+	return p;
+}
+
+Test(thread_pause, a_thread_asleep_in_the_kernel_is_left_asleep_and_parks_as_it_wakes, .timeout = 10)
 {
 	struct worker w;
 	start(&w);
 	wait_past(&w, 0);
-	thread_pause_hold(&w.pause, w.wake);
-	cr_assert(w.pause.parked, "hold returned before the thread was parked");
+	wait_asleep(&w);
+	unsigned long n = rounds(&w);
+	thread_pause_hold(&w.pause);
+	usleep(20000);
+	cr_assert_not(parked(&w), "a hold woke the sleeping thread to park it");
+	cr_assert(__atomic_load_n(&w.pause.asleep, __ATOMIC_ACQUIRE), "the thread left its sleep");
+	cr_assert_not(ran_while_held(&w), "the held thread went on working when woken");
+	cr_assert(parked(&w), "the thread woke while held and did not park");
 	cr_assert_eq(pthread_mutex_trylock(&w.work), 0, "the parked thread holds its lock");
 	pthread_mutex_unlock(&w.work);
-	cr_assert_not(ran_while_held(&w), "the held thread went on working");
-	unsigned long n = rounds(&w);
+	cr_assert_eq(rounds(&w), n);
 	thread_pause_release(&w.pause);
 	wait_past(&w, n);
 	stop(&w);
 }
 
-Test(thread_pause, holds_nest_the_thread_goes_on_after_the_last_release)
+struct holder {
+	struct worker *w;
+	int done; /* atomic */
+};
+
+static void *hold_main(void *arg)
+{
+	struct holder *h = arg;
+	thread_pause_hold(&h->w->pause);
+	__atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+Test(thread_pause, a_working_thread_is_waited_for_until_it_parks_holding_nothing, .timeout = 10)
 {
 	struct worker w;
 	start(&w);
 	wait_past(&w, 0);
-	thread_pause_hold(&w.pause, w.wake);
-	thread_pause_hold(&w.pause, w.wake);
+	wait_asleep(&w);
+	__atomic_store_n(&w.spin, 1, __ATOMIC_RELEASE);
+	poke(&w);
+	for (int i = 0; i < 100000 && !__atomic_load_n(&w.working, __ATOMIC_ACQUIRE); i++)
+		usleep(100);
+	cr_assert(__atomic_load_n(&w.working, __ATOMIC_ACQUIRE), "the worker never started work");
+	struct holder h = {.w = &w};
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, hold_main, &h), 0);
+	usleep(20000);
+	cr_assert_not(__atomic_load_n(&h.done, __ATOMIC_ACQUIRE),
+		      "the hold returned while the thread was working");
+	__atomic_store_n(&w.spin, 0, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	cr_assert(parked(&w), "hold returned before the thread was parked");
+	cr_assert_eq(pthread_mutex_trylock(&w.work), 0, "the parked thread holds its lock");
+	pthread_mutex_unlock(&w.work);
+	unsigned long n = rounds(&w);
+	cr_assert_not(ran_while_held(&w), "the held thread went on working");
+	thread_pause_release(&w.pause);
+	wait_past(&w, n);
+	stop(&w);
+}
+
+Test(thread_pause, holds_nest_the_thread_goes_on_after_the_last_release, .timeout = 10)
+{
+	struct worker w;
+	start(&w);
+	wait_past(&w, 0);
+	thread_pause_hold(&w.pause);
+	thread_pause_hold(&w.pause);
 	thread_pause_release(&w.pause);
 	cr_assert_not(ran_while_held(&w), "one of two holds released let the thread go");
 	unsigned long n = rounds(&w);
@@ -126,13 +202,13 @@ Test(thread_pause, a_thread_that_does_not_run_is_not_waited_for, .timeout = 10)
 {
 	struct thread_pause p;
 	thread_pause_init(&p);
-	thread_pause_hold(&p, -1); /* never started */
+	thread_pause_hold(&p); /* never started */
 	thread_pause_release(&p);
 
 	struct worker w;
 	start(&w);
 	wait_past(&w, 0);
 	stop(&w); /* gone: marked not running on its way out */
-	thread_pause_hold(&w.pause, -1);
+	thread_pause_hold(&w.pause);
 	thread_pause_release(&w.pause);
 }

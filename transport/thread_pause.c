@@ -3,9 +3,6 @@
 
 #include "transport/thread_pause.h"
 
-#include <stdint.h>
-
-#include "transport/sys.h"
 
 void thread_pause_init(struct thread_pause *p)
 {
@@ -14,6 +11,7 @@ void thread_pause_init(struct thread_pause *p)
 	p->holds = 0;
 	p->parked = false;
 	p->running = false;
+	p->asleep = 0;
 }
 
 void thread_pause_running(struct thread_pause *p, bool running)
@@ -37,16 +35,31 @@ void thread_pause_point(struct thread_pause *p)
 	pthread_mutex_unlock(&p->mu);
 }
 
-void thread_pause_hold(struct thread_pause *p, int wake_fd)
+/* asleep and holds are a Dekker pair (both sequentially consistent): either
+ * the holder sees the thread asleep, and the thread then parks on waking,
+ * or the thread sees the hold before it sleeps and parks instead. */
+void thread_pause_sleep_begin(struct thread_pause *p)
+{
+	for (;;) {
+		__atomic_store_n(&p->asleep, 1, __ATOMIC_SEQ_CST);
+		if (!__atomic_load_n(&p->holds, __ATOMIC_SEQ_CST))
+			return;
+		__atomic_store_n(&p->asleep, 0, __ATOMIC_SEQ_CST);
+		thread_pause_point(p);
+	}
+}
+
+void thread_pause_sleep_end(struct thread_pause *p)
+{
+	__atomic_store_n(&p->asleep, 0, __ATOMIC_SEQ_CST);
+	thread_pause_point(p);
+}
+
+void thread_pause_hold(struct thread_pause *p)
 {
 	pthread_mutex_lock(&p->mu);
-	__atomic_store_n(&p->holds, p->holds + 1, __ATOMIC_RELEASE);
-	if (wake_fd >= 0 && p->running) {
-		uint64_t one = 1;
-		ssize_t r = sys()->write(wake_fd, &one, sizeof(one));
-		(void)r; /* only fails when the counter is huge: readable anyway */
-	}
-	while (p->running && !p->parked)
+	__atomic_store_n(&p->holds, p->holds + 1, __ATOMIC_SEQ_CST);
+	while (p->running && !p->parked && !__atomic_load_n(&p->asleep, __ATOMIC_SEQ_CST))
 		pthread_cond_wait(&p->cv, &p->mu);
 	pthread_mutex_unlock(&p->mu);
 }

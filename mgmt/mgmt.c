@@ -504,6 +504,7 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 	mgmt_proc_self(&m->self);
 	m->queue_tail = &m->queue;
 	m->completions_tail = &m->completions;
+	m->tombs_tail = &m->tombs_oldest;
 	m->ctl4 = m->ctl6 = m->evfd = -1;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);

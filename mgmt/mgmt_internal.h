@@ -8,9 +8,12 @@
  * threads reach it only through commands. An endpoint's lock is taken
  * around each rpc call and never held across poll().
  *
- * The tables are linked lists: a process has a handful of peers and
- * sessions (sessions are cached and shared by every stream), so a scan is
- * cheaper than keeping a hash in step.
+ * The tables of live things are linked lists: a process has a handful of
+ * peers and live sessions (sessions are cached and shared by every stream),
+ * so a scan is cheaper than keeping a hash in step. Closed server sessions
+ * are another matter: a client of a fork-per-connection server (pgbench -C
+ * against postgres) is dialled by each new backend, and their tombstones,
+ * kept for seconds, number in the thousands, so they are hashed.
  */
 #ifndef FERRY_MGMT_INTERNAL_H
 #define FERRY_MGMT_INTERNAL_H
@@ -19,6 +22,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <uthash.h>
 
 #include "mgmt/mgmt.h"
 #include "mgmt/mgmt_net.h"
@@ -46,20 +50,30 @@ struct mpeer {
 	bool gone; /* it had exited before it could be watched */
 };
 
-/* A session mgmt made. Closed server sessions stay a while as tombstones. */
+/* A live session mgmt made (a closed server session leaves a struct mtomb). */
 struct msess {
 	struct msess *next;
 	struct rpc *rpc;
 	int session;
 	uint64_t token;
 	uint64_t peer_uuid;
-	struct mpeer *peer; /* NULL once closed */
+	struct mpeer *peer;
 	bool client;
-	bool up;
-	uint64_t closed_ns;
 	struct mgmt_addr rendezvous;      /* client: the address dialled */
 	uint8_t resp[MGMT_WIRE_MAX_SIZE]; /* server: the answer, for retried requests */
 	size_t resp_len;
+};
+
+/* A closed server session, remembered for TOMBSTONE_NS so a late retried
+ * CONNECT_REQ is ignored rather than raising a second session. */
+struct mtomb {
+	struct mgmt_tomb_key {
+		uint64_t peer_uuid;
+		uint64_t token;
+	} key;
+	uint64_t closed_ns;
+	struct mtomb *next; /* in closing order: the oldest first */
+	UT_hash_handle hh;
 };
 
 /* Someone waiting for a connect: a blocked mgmt_connect or an async done(). */
@@ -127,7 +141,9 @@ struct mgmt {
 	struct listener **pfd_owner;
 	size_t pfd_cap;
 	struct pending *pendings;
-	struct msess *sessions;
+	struct msess *sessions; /* live ones */
+	struct mtomb *tombs;    /* hashed by key */
+	struct mtomb *tombs_oldest, **tombs_tail;
 	struct mpeer *peers;
 	unsigned npidfds; /* peers with a pidfd: the poll set holds them */
 	uint64_t next_sweep_ns;

@@ -190,7 +190,6 @@ static struct msess *sess_add(struct mgmt *m, struct rpc *rpc, int session, uint
 	s->peer_uuid = peer->uuid;
 	s->peer = peer;
 	s->client = client;
-	s->up = true;
 	peer->nsessions++;
 	s->next = m->sessions;
 	m->sessions = s;
@@ -208,17 +207,49 @@ static void sess_unlink(struct mgmt *m, struct msess *s)
 	}
 }
 
+static void tomb_add(struct mgmt *m, uint64_t peer_uuid, uint64_t token, uint64_t now)
+{
+	struct mtomb *t = calloc(1, sizeof(*t));
+	if (!t)
+		return; /* only a late retry could raise the session again */
+	t->key.peer_uuid = peer_uuid;
+	t->key.token = token;
+	t->closed_ns = now;
+	HASH_ADD(hh, m->tombs, key, sizeof(t->key), t);
+	*m->tombs_tail = t;
+	m->tombs_tail = &t->next;
+}
+
+static bool tomb_find(struct mgmt *m, uint64_t peer_uuid, uint64_t token)
+{
+	struct mgmt_tomb_key key = {.peer_uuid = peer_uuid, .token = token};
+	struct mtomb *t;
+	HASH_FIND(hh, m->tombs, &key, sizeof(key), t);
+	return t != NULL;
+}
+
+/* Forgets tombstones closed before cutoff_ns (all of them: UINT64_MAX). */
+static void tombs_expire(struct mgmt *m, uint64_t cutoff_ns)
+{
+	while (m->tombs_oldest && m->tombs_oldest->closed_ns < cutoff_ns) {
+		struct mtomb *t = m->tombs_oldest;
+		m->tombs_oldest = t->next;
+		HASH_DEL(m->tombs, t);
+		free(t);
+	}
+	if (!m->tombs_oldest)
+		m->tombs_tail = &m->tombs_oldest;
+}
+
 /*
  * Ends a live session: resets it in the endpoint (unless the endpoint
  * already reused the number for another session), tells the peer when
  * notify, and forgets the peer once nothing is shared with it. A server
- * session stays as a tombstone so a late retried CONNECT_REQ cannot raise
- * it again. The record may be freed: callers must not touch it after.
+ * session leaves a tombstone so a late retried CONNECT_REQ cannot raise
+ * it again. The record is freed: callers must not touch it after.
  */
 static void sess_close(struct mgmt *m, struct msess *s, int err, bool notify, uint64_t now)
 {
-	if (!s->up)
-		return;
 	rpc_lock(s->rpc);
 	if (rpc_session_token(s->rpc, s->session) == s->token)
 		rpc_session_reset(s->rpc, s->session, err);
@@ -226,22 +257,19 @@ static void sess_close(struct mgmt *m, struct msess *s, int err, bool notify, ui
 	struct mpeer *p = s->peer;
 	if (notify)
 		send_disconnect(m, s->token, p->uuid, &p->addr);
-	s->up = false;
-	s->peer = NULL;
-	s->closed_ns = now;
 	stats_inc(m->stats->sessions_closed);
 	if (--p->nsessions == 0)
 		peer_free(m, p);
-	if (s->client) {
-		sess_unlink(m, s);
-		free(s);
-	}
+	if (!s->client)
+		tomb_add(m, s->peer_uuid, s->token, now);
+	sess_unlink(m, s);
+	free(s);
 }
 
 static struct msess *sess_find_token(struct mgmt *m, uint64_t peer_uuid, uint64_t token)
 {
 	for (struct msess *s = m->sessions; s; s = s->next)
-		if (s->up && s->token == token && s->peer_uuid == peer_uuid)
+		if (s->token == token && s->peer_uuid == peer_uuid)
 			return s;
 	return NULL;
 }
@@ -262,7 +290,7 @@ static struct msess *sess_find_twin(struct mgmt *m, struct rpc *rpc, const struc
 				    const struct mgmt_addr *addr)
 {
 	for (struct msess *s = m->sessions; s; s = s->next)
-		if (s->up && s->client && s->rpc == rpc && s->peer == peer &&
+		if (s->client && s->rpc == rpc && s->peer == peer &&
 		    mgmt_addr_equal(&s->rendezvous, addr) && sess_alive(s))
 			return s;
 	return NULL;
@@ -333,7 +361,7 @@ void mgmt_connect_start(struct mgmt *m, struct rpc *rpc, const struct mgmt_addr 
 	mgmt_reach(m, rpc, addr);
 	bool fresh = flags & MGMT_CONNECT_FRESH, another = flags & MGMT_CONNECT_ANOTHER;
 	for (struct msess *s = m->sessions; s && !another; s = s->next) {
-		if (!s->up || !s->client || s->rpc != rpc || !mgmt_addr_equal(&s->rendezvous, addr))
+		if (!s->client || s->rpc != rpc || !mgmt_addr_equal(&s->rendezvous, addr))
 			continue;
 		if (fresh) {
 			/* Kept for its streams, no longer reached by the address. */
@@ -503,10 +531,11 @@ static void on_connect_req(struct mgmt *m, struct rpc *rpc, int fd, const struct
 {
 	struct msess *dup = sess_find_server(m, msg->uuid, msg->token);
 	if (dup) {
-		if (dup->up)
-			mgmt_net_send(fd, dup->resp, dup->resp_len, src, srclen);
+		mgmt_net_send(fd, dup->resp, dup->resp_len, src, srclen);
 		return;
 	}
+	if (tomb_find(m, msg->uuid, msg->token))
+		return;
 	if (msg->token == 0) {
 		stats_inc(m->stats->mgmt_drops);
 		return;
@@ -639,7 +668,7 @@ void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t 
 int mgmt_sess_peer_addr(struct mgmt *m, struct rpc *rpc, int session, struct mgmt_addr *out)
 {
 	for (struct msess *s = m->sessions; s; s = s->next) {
-		if (s->rpc == rpc && s->session == session && s->peer) {
+		if (s->rpc == rpc && s->session == session) {
 			*out = s->peer->addr;
 			return 0;
 		}
@@ -659,7 +688,7 @@ static void peer_dead(struct mgmt *m, struct mpeer *p, int err, uint64_t now)
 	struct msess *s = m->sessions;
 	while (left > 0 && s) {
 		struct msess *next = s->next;
-		if (s->up && s->peer == p) {
+		if (s->peer == p) {
 			left--;
 			if (err == -EOWNERDEAD)
 				sess_take_in(s);
@@ -704,7 +733,7 @@ static bool peer_heard_on_datapath(struct mgmt *m, struct mpeer *p, uint64_t now
 {
 	bool busy = false;
 	for (struct msess *s = m->sessions; s; s = s->next) {
-		if (!s->up || s->peer != p)
+		if (s->peer != p)
 			continue;
 		if (!rpc_trylock(s->rpc)) {
 			busy = true;
@@ -726,25 +755,20 @@ static void sweep(struct mgmt *m, uint64_t now)
 	struct msess *s = m->sessions;
 	while (s) {
 		struct msess *next = s->next;
-		if (s->up) {
-			/* Only a try: a thread that runs the event loop back to back
-			 * can hold the lock for long, and waiting here would delay
-			 * answering pings. The next sweep looks again. */
-			if (!rpc_trylock(s->rpc)) {
-				s = next;
-				continue;
-			}
+		/* Only a try: a thread that runs the event loop back to back can
+		 * hold the lock for long, and waiting here would delay answering
+		 * pings. The next sweep looks again. */
+		if (rpc_trylock(s->rpc)) {
 			bool alive = rpc_session_is_up(s->rpc, s->session) &&
 				     rpc_session_token(s->rpc, s->session) == s->token;
 			rpc_unlock(s->rpc);
 			if (!alive)
 				sess_close(m, s, -ECONNRESET, true, now);
-		} else if (!s->up && now - s->closed_ns > TOMBSTONE_NS) {
-			sess_unlink(m, s);
-			free(s);
 		}
 		s = next;
 	}
+	if (now > TOMBSTONE_NS)
+		tombs_expire(m, now - TOMBSTONE_NS);
 }
 
 int mgmt_timers(struct mgmt *m, uint64_t now)
@@ -813,7 +837,7 @@ int mgmt_timers(struct mgmt *m, uint64_t now)
 		peer = pnext;
 	}
 
-	if (m->sessions) {
+	if (m->sessions || m->tombs_oldest) {
 		if (now >= m->next_sweep_ns) {
 			sweep(m, now);
 			m->next_sweep_ns = now + beat_ns;
@@ -830,7 +854,7 @@ int mgmt_timers(struct mgmt *m, uint64_t now)
 void mgmt_sess_disconnect(struct mgmt *m, struct rpc *rpc, int session, uint64_t now)
 {
 	for (struct msess *s = m->sessions; s; s = s->next) {
-		if (s->up && s->rpc == rpc && s->session == session) {
+		if (s->rpc == rpc && s->session == session) {
 			sess_close(m, s, -ENOTCONN, true, now);
 			return;
 		}
@@ -849,14 +873,8 @@ void mgmt_sess_forget(struct mgmt *m, struct rpc *rpc, uint64_t now)
 	struct msess *s = m->sessions;
 	while (s) {
 		struct msess *next = s->next;
-		if (s->rpc == rpc) {
-			bool client = s->client;
-			sess_close(m, s, -ENOTCONN, true, now); /* frees a client record */
-			if (!client) { /* a tombstone would point at a dead endpoint */
-				sess_unlink(m, s);
-				free(s);
-			}
-		}
+		if (s->rpc == rpc)
+			sess_close(m, s, -ENOTCONN, true, now);
 		s = next;
 	}
 }
@@ -868,12 +886,11 @@ void mgmt_sess_shutdown(struct mgmt *m)
 	while (m->sessions) {
 		struct msess *s = m->sessions;
 		m->sessions = s->next;
-		if (s->up) {
-			send_disconnect(m, s->token, s->peer->uuid, &s->peer->addr);
-			stats_inc(m->stats->sessions_closed);
-		}
+		send_disconnect(m, s->token, s->peer->uuid, &s->peer->addr);
+		stats_inc(m->stats->sessions_closed);
 		free(s);
 	}
+	tombs_expire(m, UINT64_MAX);
 	while (m->peers)
 		peer_free(m, m->peers);
 }

@@ -181,6 +181,43 @@ Test(mgmt_handshake, a_goodbye_meant_for_another_process_leaves_the_session_up)
 		usleep(1000);
 }
 
+/* A client of a fork-per-connection server is dialled by every new backend
+ * (pgbench -C against postgres): thousands of closed sessions, each kept as
+ * a tombstone. A request retried late for any of them is still ignored, and
+ * a new one still answered. */
+Test(mgmt_handshake, a_late_retry_for_any_of_many_closed_sessions_is_ignored)
+{
+	uint16_t raw_port;
+	int fd = raw_socket(&raw_port);
+	uint64_t me = mgmt_uuid(nexus_mgmt(server));
+	const unsigned n = 2000;
+	uint8_t buf[MGMT_WIRE_MAX_SIZE];
+	struct mgmt_msg r;
+	for (unsigned i = 0; i < n; i++) {
+		struct mgmt_msg req = client_req(0x7000000000000000ull + i, 0x4242000000000000ull + i, 1);
+		send_to_port(fd, buf, mgmt_wire_encode(&req, buf), port);
+		recv_type(fd, MGMT_CONNECT_RESP, &r);
+		cr_assert_eq(r.status, 0);
+		struct mgmt_msg bye = {.type = MGMT_DISCONNECT, .token = req.token, .uuid = req.uuid,
+				       .to = me};
+		send_to_port(fd, buf, mgmt_wire_encode(&bye, buf), port);
+	}
+	while (STAT(server, sessions_closed) != n) /* the suite timeout guards */
+		usleep(1000);
+	for (unsigned i = 0; i < n; i += n / 4 - 1) {
+		struct mgmt_msg late = client_req(0x7000000000000000ull + i, 0x4242000000000000ull + i, 1);
+		send_to_port(fd, buf, mgmt_wire_encode(&late, buf), port);
+	}
+	/* Read in order after the late ones: once this is answered, they were judged. */
+	struct mgmt_msg fresh = client_req(0x7100000000000000ull, 0x4343000000000000ull, 1);
+	send_to_port(fd, buf, mgmt_wire_encode(&fresh, buf), port);
+	recv_type(fd, MGMT_CONNECT_RESP, &r);
+	close(fd);
+	cr_assert_eq(r.token, fresh.token, "a late retry for a closed session was answered");
+	cr_assert_eq(r.status, 0);
+	cr_assert_eq(STAT(server, sessions), n + 1, "a late retry raised a closed session again");
+}
+
 Test(mgmt_handshake, closed_port_is_refused_not_timed_out)
 {
 	uint16_t dead;

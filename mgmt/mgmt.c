@@ -400,12 +400,24 @@ static nfds_t poll_set(struct mgmt *m, nfds_t *nsock)
 	return n + mgmt_peer_pidfds(m, m->pfd + n);
 }
 
+/* Sleeps in poll without the state lock, and takes it again. */
+static int poll_unlocked(struct mgmt *m, struct pollfd *pfd, nfds_t n, int timeout)
+{
+	pthread_mutex_unlock(&m->state);
+	thread_pause_sleep_begin(&m->pause);
+	int ready = sys()->poll(pfd, n, timeout);
+	thread_pause_sleep_end(&m->pause);
+	pthread_mutex_lock(&m->state);
+	return ready;
+}
+
 static void *mgmt_main(void *arg)
 {
 	struct mgmt *m = arg;
 	mgmt_self = m;
 	for (;;) {
 		thread_pause_point(&m->pause);
+		pthread_mutex_lock(&m->state);
 		if (!commands(m))
 			break;
 		int timeout = mgmt_timers(m, clock_now_ns());
@@ -414,28 +426,32 @@ static void *mgmt_main(void *arg)
 		nfds_t n = poll_set(m, &nsock);
 		if (n == 0) {
 			struct pollfd ev = {.fd = m->evfd, .events = POLLIN};
-			thread_pause_sleep_begin(&m->pause);
-			sys()->poll(&ev, 1, timeout < 10 ? timeout : 10);
-			thread_pause_sleep_end(&m->pause);
+			poll_unlocked(m, &ev, 1, timeout < 10 ? timeout : 10);
+			pthread_mutex_unlock(&m->state);
 			continue;
 		}
-		thread_pause_sleep_begin(&m->pause);
-		int ready = sys()->poll(m->pfd, n, timeout);
-		thread_pause_sleep_end(&m->pause);
-		if (ready <= 0)
-			continue;
-		uint64_t now = clock_now_ns();
-		for (nfds_t i = 1; i < nsock; i++)
-			if (m->pfd[i].revents)
-				sock_drain(m, m->pfd[i].fd, m->pfd_owner[i], m->pfd[i].revents, now);
-		/* After the sockets: a dying peer's goodbye, if it said one, is in. */
-		for (nfds_t i = nsock; i < n; i++)
-			if (m->pfd[i].revents)
-				mgmt_on_peer_exit(m, m->pfd[i].fd, now);
-		completions_run(m);
+		unsigned gen = m->poll_gen;
+		int ready = poll_unlocked(m, m->pfd, n, timeout);
+		/* A caller's command closed or added what was polled: the set
+		 * is rebuilt and polled again (nothing read is lost). */
+		if (ready > 0 && gen == m->poll_gen) {
+			uint64_t now = clock_now_ns();
+			for (nfds_t i = 1; i < nsock; i++)
+				if (m->pfd[i].revents)
+					sock_drain(m, m->pfd[i].fd, m->pfd_owner[i],
+						   m->pfd[i].revents, now);
+			/* After the sockets: a dying peer's goodbye, if it said one, is in. */
+			for (nfds_t i = nsock; i < n; i++)
+				if (m->pfd[i].revents)
+					mgmt_on_peer_exit(m, m->pfd[i].fd, now);
+			completions_run(m);
+		}
+		pthread_mutex_unlock(&m->state);
 	}
 	thread_pause_running(&m->pause, false);
 	shutdown_all(m);
+	m->down = true;
+	pthread_mutex_unlock(&m->state);
 	return NULL;
 }
 
@@ -476,17 +492,41 @@ void mgmt_release(struct mgmt *m)
 	thread_pause_release(&m->pause);
 }
 
-/* Commands other than a blocking connect run inline when the management
- * thread itself asks (from a connect callback), since it cannot wait on
- * its own queue. */
+/* Whether c changes the set the thread polls (listeners, peers' pidfds). */
+static bool cmd_changes_poll_set(const struct cmd *c)
+{
+	return c->type == CMD_LISTEN_DORMANT || c->type == CMD_DISCONNECT || c->type == CMD_FORGET;
+}
+
+/* Commands run on the caller's thread, under the state lock (the management
+ * thread, asking from a connect callback, holds it), except a connect and
+ * those that open or close a listener's socket: a socket closed while the
+ * thread polls it stays bound until that poll returns, and a port given up
+ * must be free when mgmt_unlisten returns. */
 static int run_sync(struct mgmt *m, struct cmd *c)
 {
 	if (mgmt_self == m) {
 		cmd_run(m, c, clock_now_ns());
 		return c->result;
 	}
-	c->sync = true;
-	return submit(m, c);
+	if (c->type == CMD_LISTEN || c->type == CMD_UNLISTEN) {
+		c->sync = true;
+		return submit(m, c);
+	}
+	pthread_mutex_lock(&m->state);
+	if (m->down) {
+		pthread_mutex_unlock(&m->state);
+		return -ESHUTDOWN;
+	}
+	cmd_run(m, c, clock_now_ns());
+	if (cmd_changes_poll_set(c)) {
+		m->poll_gen++;
+		uint64_t one = 1;
+		ssize_t wr = sys()->write(m->evfd, &one, sizeof(one));
+		(void)wr; /* only fails when the counter is already huge: still readable */
+	}
+	pthread_mutex_unlock(&m->state);
+	return c->result;
 }
 
 struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
@@ -506,6 +546,7 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 	m->completions_tail = &m->completions;
 	m->tombs_tail = &m->tombs_oldest;
 	m->ctl4 = m->ctl6 = m->evfd = -1;
+	pthread_mutex_init(&m->state, NULL);
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
 	thread_pause_init(&m->pause);
@@ -549,6 +590,7 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 			sys()->close(m->evfd);
 		pthread_cond_destroy(&m->cv);
 		pthread_mutex_destroy(&m->mu);
+		pthread_mutex_destroy(&m->state);
 		free(m);
 		return NULL;
 	}
@@ -572,6 +614,7 @@ void mgmt_destroy(struct mgmt *m)
 	sys()->close(m->evfd);
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);
+	pthread_mutex_destroy(&m->state);
 	free(m);
 }
 

@@ -4,9 +4,14 @@
  * peers, heartbeats).
  *
  * Everything below the command queue (listeners, connects in progress,
- * sessions, peers) belongs to the thread alone and is never locked; other
- * threads reach it only through commands. An endpoint's lock is taken
- * around each rpc call and never held across poll().
+ * sessions, peers) is guarded by the state lock, which the thread holds
+ * whenever it is not asleep in poll(). A command that waits for nothing
+ * from the network runs on the caller's thread under that lock, so asking
+ * costs no wake-up of the thread and no sleep of the caller (a fork-per-
+ * connection server asks several times per connection); a connect is
+ * queued to the thread, which drives its handshake. An endpoint's lock is
+ * taken around each rpc call, after the state lock, and never held across
+ * poll().
  *
  * The tables of live things are linked lists: a process has a handful of
  * peers and live sessions (sessions are cached and shared by every stream),
@@ -123,6 +128,11 @@ struct mgmt {
 	int evfd;
 	int ctl4, ctl6; /* control sockets, IP_RECVERR on; ctl6 -1 without IPv6 */
 
+	pthread_mutex_t state; /* guards everything below the queue (see the top) */
+	/* Bumped under state by a caller's command that changes what the
+	 * thread polls: the thread then drops what its poll returned. */
+	unsigned poll_gen;
+	bool down; /* the thread is gone and its tables with it */
 	pthread_mutex_t mu; /* guards the queue, stop and every sync cmd's done/result */
 	pthread_cond_t cv;
 	struct cmd *queue, **queue_tail;

@@ -218,6 +218,35 @@ Test(mgmt_handshake, a_late_retry_for_any_of_many_closed_sessions_is_ignored)
 	cr_assert_eq(STAT(server, sessions), n + 1, "a late retry raised a closed session again");
 }
 
+/* A fork-per-connection server asks mgmt several things per connection
+ * (its peer's address, a listener dormant or not, a session's end): each
+ * is answered on the asking thread, never by waking the management thread,
+ * so each still works while that thread is held (as at a fork). */
+Test(mgmt_handshake, questions_that_wait_for_no_peer_are_answered_while_the_thread_is_held)
+{
+	int s = connect_port(port, 5000);
+	cr_assert_geq(s, 0);
+	struct mgmt *sm = nexus_mgmt(server), *cm = nexus_mgmt(client);
+	struct sockaddr_in a = tmu_loopback(port);
+	mgmt_hold(sm);
+	mgmt_hold(cm);
+	cr_assert_geq(mgmt_listen_fd_number(sm, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(mgmt_listen_dormant(sm, (struct sockaddr *)&a, sizeof(a), true), 0);
+	cr_assert_eq(mgmt_listen_dormant(sm, (struct sockaddr *)&a, sizeof(a), false), 0);
+	struct sockaddr_storage peer;
+	socklen_t plen = 0;
+	cr_assert_eq(mgmt_peer_addr(cm, nexus_rpc(client), s, &peer, &plen), 0);
+	cr_assert_gt(plen, 0);
+	mgmt_disconnect(cm, nexus_rpc(client), s);
+	cr_assert_eq(STAT(client, sessions_closed), 1);
+	mgmt_release(cm);
+	mgmt_release(sm);
+	/* The server hears the goodbye once its thread runs again. */
+	while (STAT(server, sessions_closed) != 1) /* the suite timeout guards */
+		usleep(1000);
+	cr_assert_geq(connect_port(port, 5000), 0, "the listener answers after dormant and back");
+}
+
 Test(mgmt_handshake, closed_port_is_refused_not_timed_out)
 {
 	uint16_t dead;

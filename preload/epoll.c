@@ -879,13 +879,17 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		/* Not armed (see wait_arm): the nic's fd would wake us for
 		 * packets whoever holds the loop is about to take. */
 		bool nic = armed >= 0;
-		if (nic)
+		if (nic) {
 			ep_nic_watch(ep, armed);
-		else
+			wait_nic_sleep_begin();
+		} else {
 			ep_nic_unkeep(ep);
+		}
 		int k = ep_kernel(ep, events, max, ms_until(deadline), sigmask, true);
-		if (nic)
+		if (nic) {
+			wait_nic_sleep_end();
 			ep_nic_unwatch(ep);
+		}
 		if (k < 0)
 			return k;
 		n = k + ep_harvest(ep, events + k, max - k);

@@ -106,6 +106,14 @@ void progress_request_dump(void)
  * around: the nic's wake-ups go to it, not to this thread. */
 #define PROGRESS_APP_IDLE_NS (20ull * 1000000ull)
 
+/* Nothing in flight and an application thread asleep on the nic: packets
+ * wake that thread and it runs the loop, so a tick would find nothing. This
+ * thread looks in this many ticks later all the same, in case the woken
+ * thread then works for long without ferry while packets come (the peer's
+ * retransmission covers the wait). pgbench -S -c 8: each backend's thread
+ * ticked 1,000 times a second for nothing. */
+#define PROGRESS_ASLEEP_TICKS 4
+
 static char pg_efd_tag, pg_notify_tag, pg_stat_tag;
 
 /* The background thread's pass: nobody's reply is waiting to go with the
@@ -180,10 +188,13 @@ static void *progress_main(void *arg)
 		 * and deferred writes go out even if the application has gone
 		 * off elsewhere. Otherwise sleep until a packet or a request. */
 		int timeout = -1;
-		if (busy || !watching)
+		if (busy || !watching) {
 			timeout = (int)(pg_tick_ns / 1000000u);
-		if (timeout == 0)
-			timeout = 1;
+			if (timeout == 0)
+				timeout = 1;
+			if (!busy && wait_nic_sleeping())
+				timeout *= PROGRESS_ASLEEP_TICKS;
+		}
 		/* Keepalive and user timeouts count from a quiet peer: only a pass
 		 * now and then notices (stream_timed_check checks ten times a
 		 * second). */

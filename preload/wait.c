@@ -223,6 +223,23 @@ void wait_set_progress(const struct wait_progress_ops *ops, unsigned spin_us)
 	__atomic_store_n(&wait_ops, ops, __ATOMIC_RELEASE);
 }
 
+static int wait_nic_sleepers; /* atomic: see wait_nic_sleep_begin */
+
+void wait_nic_sleep_begin(void)
+{
+	__atomic_add_fetch(&wait_nic_sleepers, 1, __ATOMIC_RELEASE);
+}
+
+void wait_nic_sleep_end(void)
+{
+	__atomic_sub_fetch(&wait_nic_sleepers, 1, __ATOMIC_RELEASE);
+}
+
+bool wait_nic_sleeping(void)
+{
+	return __atomic_load_n(&wait_nic_sleepers, __ATOMIC_ACQUIRE) > 0;
+}
+
 unsigned wait_progress_run(void)
 {
 	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
@@ -334,8 +351,12 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 				     ((uint64_t)timeout->tv_nsec + 999999u) / 1000000u;
 			ms = t > INT_MAX ? INT_MAX : (int)t;
 		}
+		if (nfd >= 0)
+			wait_nic_sleep_begin();
 		int k = sys()->epoll_pwait(w->epfd, ev, 2, ms, sigmask);
 		int err = errno;
+		if (nfd >= 0)
+			wait_nic_sleep_end();
 		wait_epoll_done(w);
 		if (k < 0)
 			return -err;
@@ -353,9 +374,14 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 	struct timespec short_sleep = {0, 1000000};
 	if (!w && (!timeout || timeout->tv_sec > 0 || timeout->tv_nsec > short_sleep.tv_nsec))
 		timeout = &short_sleep; /* no waiter: nobody can wake us, so poll */
+	if (nfd >= 0)
+		wait_nic_sleep_begin();
 	int rc = sys()->ppoll(kfds, n, timeout, sigmask);
+	int err = errno;
+	if (nfd >= 0)
+		wait_nic_sleep_end();
 	if (rc < 0)
-		return -errno;
+		return -err;
 	int mine = 0;
 	for (unsigned i = 0; i < nk; i++)
 		mine += kfds[i].revents != 0;

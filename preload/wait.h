@@ -95,6 +95,12 @@ struct wait_progress_ops {
 };
 void wait_set_progress(const struct wait_progress_ops *ops, unsigned spin_us);
 unsigned wait_progress_run(void);
+/* Around an application thread's sleep in the kernel with the nic's fd
+ * armed and watched: a packet for this process wakes that thread, which runs
+ * the loop, so the progress thread need not look in on its behalf. */
+void wait_nic_sleep_begin(void);
+void wait_nic_sleep_end(void);
+bool wait_nic_sleeping(void);
 /* Called as a thread starts to wait: its queued writes go out now. */
 void wait_flush(void);
 /* One turn of a spin: the event loop once, then, if it found nothing, the

@@ -372,3 +372,64 @@ Test(epoll_nic, a_spin_that_finds_its_event_drops_the_kept_nic_fd)
 	wait_spin_outcome(true);
 	cr_expect_not(registered(w->epfd, nic_fd), "and drops it when a spin finds its event");
 }
+
+/* Waits (5 s at most) until wait_nic_sleeping() is want. */
+static bool nic_sleeping_becomes(bool want)
+{
+	for (int i = 0; i < 5000; i++) {
+		if (wait_nic_sleeping() == want)
+			return true;
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+	return false;
+}
+
+struct own_sleeper {
+	pthread_t th;
+	int got;
+};
+
+static void *own_sleep(void *arg)
+{
+	struct own_sleeper *s = arg;
+	s->got = wait_block(wait_self(), NULL, 0, NULL, NULL);
+	return NULL;
+}
+
+/* The progress thread skips its ticks while an application thread sleeps on
+ * the nic (packets wake that thread, which runs the loop): such a sleep, in
+ * an application's epoll or in a thread's own, says so while it lasts, and
+ * a sleep without the nic does not. */
+Test(epoll_nic, a_sleep_on_the_nic_says_so_while_it_lasts)
+{
+	cr_assert_not(wait_nic_sleeping());
+	struct ffile *f;
+	int ep = ferry_instance(&f);
+	struct sleeper s = {.ep = ep};
+	cr_assert_eq(pthread_create(&s.th, NULL, sleep_on, &s), 0);
+	cr_assert(nic_sleeping_becomes(true), "an epoll sleep on the nic did not say so");
+	ffile_notify(f, EPOLLIN, EPOLLIN);
+	cr_assert_eq(pthread_join(s.th, NULL), 0);
+	cr_assert_eq(s.got, 1);
+	cr_assert_not(wait_nic_sleeping(), "still said after the sleep");
+	ffile_notify(f, 0, 0);
+
+	struct own_sleeper o = {0};
+	cr_assert_eq(pthread_create(&o.th, NULL, own_sleep, &o), 0);
+	cr_assert(nic_sleeping_becomes(true), "a sleep in a thread's own epoll did not say so");
+	uint64_t one = 1, v;
+	cr_assert_eq(write(nic_fd, &one, sizeof(one)), (ssize_t)sizeof(one));
+	cr_assert_eq(pthread_join(o.th, NULL), 0);
+	cr_assert_geq(o.got, 0);
+	cr_assert_eq(read(nic_fd, &v, sizeof(v)), (ssize_t)sizeof(v));
+	cr_assert_not(wait_nic_sleeping(), "still said after the sleep");
+
+	wait_set_progress(&unarmed_ops, 0);
+	struct sleeper u = {.ep = ep};
+	cr_assert_eq(pthread_create(&u.th, NULL, sleep_on, &u), 0);
+	nanosleep(&(struct timespec){0, 50000000}, NULL);
+	cr_expect_not(wait_nic_sleeping(), "a sleep without the nic said it was on it");
+	ffile_notify(f, EPOLLIN, EPOLLIN);
+	cr_assert_eq(pthread_join(u.th, NULL), 0);
+	close(ep);
+}

@@ -68,20 +68,48 @@ static void statmap_sweep(unsigned uid)
 }
 
 /*
- * When this process, or the ancestor it was forked from, last swept. A fork
- * child inherits it: a server that forks per connection (postgres, inetd)
- * would otherwise list /dev/shm and signal every file's owner once per
- * connection, for files its own sweep removed moments ago.
+ * A sweep lists /dev/shm and signals every file's owner: a server that forks
+ * per connection (postgres, inetd) would otherwise sweep once per
+ * connection, for files a sweep removed moments ago. So one sweep in
+ * STATMAP_SWEEP_EVERY_NS does, by this process or the ancestor it was forked
+ * from (sm_swept_ns, inherited) or by any process of our user (a marker
+ * file's modification time: a fork child's sweep is never its parent's
+ * news, and postgres's backends, all children of one postmaster, swept
+ * each in turn once it was 10 s old).
  */
 #define STATMAP_SWEEP_EVERY_NS (10ull * 1000000000ull)
+#define STATMAP_SWEPT_MARK STATMAP_DIR "/ferry-swept.%u"
 static uint64_t sm_swept_ns; /* 0: never (the monotonic clock counts from boot) */
+
+static bool statmap_swept_lately(const char *mark, unsigned uid)
+{
+	struct stat st;
+	struct timespec now;
+	if (stat(mark, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid ||
+	    clock_gettime(CLOCK_REALTIME, &now) != 0)
+		return false;
+	int64_t age = ((int64_t)now.tv_sec - (int64_t)st.st_mtim.tv_sec) * 1000000000ll +
+		      ((int64_t)now.tv_nsec - (int64_t)st.st_mtim.tv_nsec);
+	return age >= 0 && (uint64_t)age < STATMAP_SWEEP_EVERY_NS;
+}
 
 static void statmap_sweep_now_and_then(unsigned uid)
 {
 	uint64_t now = clock_now_ns();
 	if (sm_swept_ns && now - sm_swept_ns < STATMAP_SWEEP_EVERY_NS)
 		return;
-	statmap_sweep(uid);
+	char mark[64];
+	snprintf(mark, sizeof(mark), STATMAP_SWEPT_MARK, uid);
+	if (!statmap_swept_lately(mark, uid)) {
+		statmap_sweep(uid);
+		/* Another user's file under the name is left alone: we then
+		 * sweep each time, as before the mark. */
+		int fd = open(mark, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			futimens(fd, NULL);
+			close(fd);
+		}
+	}
 	sm_swept_ns = now;
 }
 

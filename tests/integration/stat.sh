@@ -85,6 +85,25 @@ queued=$(sed -n "s/^  127\.0\.0\.1:$lport  *\([0-9][0-9]*\) .*/\1/p" "$work/queu
 expect_eq "opens queued, not accepted" "$queued" 4
 expect_eq "streams shown as queued" "$(grep -c "^  127\.0\.0\.1:$lport .* queued " "$work/queue.txt")" 4
 
+# Each new ferry process sweeps the files of dead ones, but one sweep in 10 s
+# serves all of our user's (a fork-per-connection server starts ferry once
+# per connection): a sweep leaves a mark, and a mark that young stops the next.
+mark=/dev/shm/ferry-swept.$(id -u)
+sh -c 'exit 0' &
+gone=$!
+wait "$gone"
+stale=/dev/shm/ferry-stat.$(id -u).$gone
+: >"$stale"
+touch -d '-60 seconds' "$mark" || fail "cannot age the sweep mark"
+ferry_cmd sweep redis-cli -p "$port" PING >/dev/null || fail "redis-cli through ferry-run failed"
+[ -e "$stale" ] && fail "a process that started after an old mark did not sweep"
+[ -f "$mark" ] || fail "a sweep left no mark"
+: >"$stale"
+ferry_cmd sweep redis-cli -p "$port" PING >/dev/null || fail "redis-cli through ferry-run failed"
+[ -e "$stale" ] || fail "a process swept though another had just swept"
+rm -f "$stale"
+log "sweeps: one in 10 s for all of the user's processes"
+
 # Gone processes leave nothing behind, killed or not.
 kill -TERM "$holder"
 kill -KILL "$opener"

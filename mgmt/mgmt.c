@@ -624,6 +624,28 @@ void mgmt_set_widen_handler(struct mgmt *m, mgmt_widen_fn fn, void *ctx)
 	m->widen_fn = fn;
 }
 
+void mgmt_freeze(struct mgmt *m)
+{
+	pthread_mutex_lock(&m->state);
+}
+
+void mgmt_thaw(struct mgmt *m)
+{
+	pthread_mutex_unlock(&m->state);
+}
+
+int mgmt_peer_addr_forked(struct mgmt *m, struct rpc *rpc, int session,
+			  struct sockaddr_storage *out, socklen_t *len)
+{
+	struct mgmt_addr a;
+	int rc = mgmt_sess_peer_addr(m, rpc, session, &a);
+	if (rc == 0) {
+		memcpy(out, &a.ss, a.len);
+		*len = a.len;
+	}
+	return rc;
+}
+
 void mgmt_forked_child(struct mgmt *m)
 {
 	if (m->ctl4 >= 0)

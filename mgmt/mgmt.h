@@ -153,6 +153,15 @@ typedef void (*mgmt_widen_fn)(void *ctx);
 void mgmt_set_widen_handler(struct mgmt *m, mgmt_widen_fn fn, void *ctx);
 /* In a fork child: closes the control sockets, which are the parent's. */
 void mgmt_forked_child(struct mgmt *m);
+/* Around fork, with the thread held: no caller's command is half done in
+ * the tables the child copies (mgmt_freeze in the parent before, mgmt_thaw
+ * after; the child's copy stays frozen, for mgmt_peer_addr_forked). */
+void mgmt_freeze(struct mgmt *m);
+void mgmt_thaw(struct mgmt *m);
+/* In a fork child, before mgmt_forked_child: what mgmt_peer_addr answered
+ * in the parent at the fork, read from the child's copy. */
+int mgmt_peer_addr_forked(struct mgmt *m, struct rpc *rpc, int session,
+			  struct sockaddr_storage *out, socklen_t *len);
 
 /* Holds the management thread still at a point where it holds nothing,
  * until mgmt_release (fork, thread_pause.h). Not from the thread itself. */

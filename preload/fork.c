@@ -109,8 +109,9 @@ FERRY_EXPORT pid_t fork(void)
 		return c->fork();
 	handover_fork_prepare();
 	fork_hold_threads();
-	/* Hold the endpoint and the table still across the fork, so the
-	 * child's copies are consistent. */
+	/* Hold mgmt's tables, the endpoint and the fd table still across the
+	 * fork, so the child's copies are consistent. */
+	mgmt_freeze(ferry.mgmt);
 	ferry_lock();
 	pthread_mutex_lock(&fdtab.lock);
 	phpool_fork_prepare();
@@ -123,6 +124,7 @@ FERRY_EXPORT pid_t fork(void)
 		if (pid > 0)
 			sock_share_all(); /* the child holds copies of their numbers */
 		ferry_unlock();
+		mgmt_thaw(ferry.mgmt);
 		fork_release_threads();
 		if (pid > 0) {
 			lshare_fork_parent();

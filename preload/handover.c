@@ -522,6 +522,9 @@ void handover_fork_child(struct ffile *f, pid_t parent)
 	sk->remote_sid = s->sid;
 	sk->remote_peer_sid = s->peer_sid;
 	sk->remote_token = s->token;
+	if (mgmt_peer_addr_forked(ferry.mgmt, ferry.rpc, s->session, &sk->remote_mgmt,
+				  &sk->remote_mgmt_len) != 0)
+		sk->remote_mgmt_len = 0;
 	sk->stream = NULL;
 	__atomic_store_n(&f->mask, 0, __ATOMIC_RELEASE);
 }
@@ -638,6 +641,72 @@ static void ho_wait_attached(struct ffile *f, struct stream *s)
 	}
 }
 
+/* A handshake with the peer started before the owner's answer came: the
+ * management thread completes it, perhaps after the adopter gave up on it
+ * (then the completion frees it). */
+struct ho_dial {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done, abandoned;
+	int result;
+};
+
+static void ho_dialled(void *ctx, int result)
+{
+	struct ho_dial *d = ctx;
+	pthread_mutex_lock(&d->mu);
+	bool abandoned = d->abandoned;
+	d->result = result;
+	d->done = true;
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+	if (abandoned)
+		free(d);
+}
+
+static int ho_dial_wait(struct ho_dial *d)
+{
+	pthread_mutex_lock(&d->mu);
+	while (!d->done)
+		pthread_cond_wait(&d->cv, &d->mu);
+	pthread_mutex_unlock(&d->mu);
+	int rc = d->result;
+	free(d);
+	return rc;
+}
+
+static void ho_dial_abandon(struct ho_dial *d)
+{
+	pthread_mutex_lock(&d->mu);
+	bool done = d->done;
+	d->abandoned = true;
+	pthread_mutex_unlock(&d->mu);
+	if (done)
+		free(d);
+}
+
+/* The peer's handshake, started now if the fork left its address: it then
+ * runs while the owner stops the stream, instead of after. */
+static struct ho_dial *ho_dial_start(const struct fsock *sk, unsigned timeout_ms)
+{
+	if (!sk->remote_mgmt_len)
+		return NULL;
+	struct ho_dial *d = calloc(1, sizeof(*d));
+	if (!d)
+		return NULL;
+	pthread_mutex_init(&d->mu, NULL);
+	pthread_cond_init(&d->cv, NULL);
+	ferry_internal_enter();
+	int rc = mgmt_connect_async(ferry.mgmt, ferry.rpc, (const struct sockaddr *)&sk->remote_mgmt,
+				    sk->remote_mgmt_len, timeout_ms, ho_dialled, d);
+	ferry_internal_leave();
+	if (rc != 0) {
+		free(d);
+		return NULL;
+	}
+	return d;
+}
+
 void handover_adopt(struct ffile *f)
 {
 	struct fsock *sk = f->priv;
@@ -649,21 +718,28 @@ void handover_adopt(struct ffile *f)
 	struct ho_resp resp;
 	uint8_t *bytes = malloc(STREAM_WINDOW_MAX);
 	int rc = !bytes ? -ENOMEM : ferry_up() ? 0 : -ENOTCONN;
+	unsigned dial_ms = ferry.cfg.connect_timeout_ms > HO_ATTACH_CONNECT_MS
+				   ? ferry.cfg.connect_timeout_ms
+				   : HO_ATTACH_CONNECT_MS;
+	struct ho_dial *dial = rc == 0 ? ho_dial_start(sk, dial_ms) : NULL;
 	if (rc == 0) {
 		ferry_internal_enter();
 		rc = ho_fetch(sk, &resp, bytes);
 		ferry_internal_leave();
 	}
 	int ses = rc;
-	if (rc == 0) {
+	if (rc == 0 && dial && resp.snap.peer_mgmt_len == sk->remote_mgmt_len &&
+	    memcmp(&resp.snap.peer_mgmt, &sk->remote_mgmt, sk->remote_mgmt_len) == 0) {
+		ses = ho_dial_wait(dial);
+		dial = NULL;
+	} else if (rc == 0) {
 		ferry_internal_enter();
 		ses = mgmt_connect(ferry.mgmt, ferry.rpc, (struct sockaddr *)&resp.snap.peer_mgmt,
-				   resp.snap.peer_mgmt_len,
-				   ferry.cfg.connect_timeout_ms > HO_ATTACH_CONNECT_MS
-					   ? ferry.cfg.connect_timeout_ms
-					   : HO_ATTACH_CONNECT_MS);
+				   resp.snap.peer_mgmt_len, dial_ms);
 		ferry_internal_leave();
 	}
+	if (dial)
+		ho_dial_abandon(dial);
 	struct stream *s = NULL;
 	if (ses >= 0) {
 		ferry_lock();

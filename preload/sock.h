@@ -76,6 +76,10 @@ struct fsock {
 	pid_t remote_pid;
 	uint32_t remote_sid, remote_peer_sid;
 	uint64_t remote_token;
+	/* Inherited through fork: where the stream's peer answers handshakes,
+	 * as the parent knew it then (len 0: not known). */
+	struct sockaddr_storage remote_mgmt;
+	socklen_t remote_mgmt_len;
 };
 
 /* The ferry file behind fd if it is a socket (or a dead inherited one),

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mgmt/mgmt_net.h"
@@ -245,6 +246,38 @@ Test(mgmt_handshake, questions_that_wait_for_no_peer_are_answered_while_the_thre
 	while (STAT(server, sessions_closed) != 1) /* the suite timeout guards */
 		usleep(1000);
 	cr_assert_geq(connect_port(port, 5000), 0, "the listener answers after dormant and back");
+}
+
+/* A fork child that takes a connection over dials its peer at once, with
+ * the address read from its copy of the parent's tables (frozen across the
+ * fork), while the parent still stops the stream. */
+Test(mgmt_handshake, a_fork_child_reads_the_peer_address_the_parent_had)
+{
+	int s = connect_port(port, 5000);
+	cr_assert_geq(s, 0);
+	struct mgmt *cm = nexus_mgmt(client);
+	struct sockaddr_storage want;
+	socklen_t wlen = 0;
+	cr_assert_eq(mgmt_peer_addr(cm, nexus_rpc(client), s, &want, &wlen), 0);
+	mgmt_hold(cm);
+	mgmt_freeze(cm);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct sockaddr_storage got;
+		socklen_t glen = 0;
+		int rc = mgmt_peer_addr_forked(cm, nexus_rpc(client), s, &got, &glen);
+		int none = mgmt_peer_addr_forked(cm, nexus_rpc(client), s + 1, &got, &glen);
+		_exit(rc == 0 && glen == wlen && memcmp(&got, &want, wlen) == 0 && none == -ENOENT
+			      ? 0
+			      : 1);
+	}
+	mgmt_thaw(cm);
+	mgmt_release(cm);
+	cr_assert_gt(pid, 0);
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the child read another address than the parent's");
 }
 
 Test(mgmt_handshake, closed_port_is_refused_not_timed_out)

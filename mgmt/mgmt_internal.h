@@ -146,7 +146,7 @@ struct mgmt {
 
 	struct listener *listeners;
 	size_t nlisteners;
-	struct rpc *ctl_rpc; /* answers handshakes on the control sockets; NULL: none */
+	struct rpc *ctl_rpc; /* atomic: answers handshakes on the control sockets; NULL: none */
 	struct pollfd *pfd; /* poll set, rebuilt each turn */
 	struct listener **pfd_owner;
 	size_t pfd_cap;

@@ -616,14 +616,16 @@ void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t 
 	if (peer)
 		peer->last_heard_ns = now;
 	switch (msg.type) {
-	case MGMT_CONNECT_REQ:
+	case MGMT_CONNECT_REQ: {
+		struct rpc *ctl = __atomic_load_n(&m->ctl_rpc, __ATOMIC_ACQUIRE);
 		if (l)
 			on_connect_req(m, l->rpc, l->fd, &msg, src, srclen, &from, now);
-		else if (m->ctl_rpc)
-			on_connect_req(m, m->ctl_rpc, fd, &msg, src, srclen, &from, now);
+		else if (ctl)
+			on_connect_req(m, ctl, fd, &msg, src, srclen, &from, now);
 		else
 			stats_inc(m->stats->mgmt_drops);
 		break;
+	}
 	case MGMT_CONNECT_RESP:
 		on_connect_resp(m, &msg, &from, now);
 		break;

@@ -153,11 +153,15 @@ struct waiter *wait_self(void)
 	return w;
 }
 
+/* Application threads asleep on the nic's fd: see wait_nic_sleep_begin. */
+static int wait_nic_sleepers; /* atomic */
+
 void wait_fork_child(void)
 {
 	/* The parent's threads, and their registrations, stayed behind; the
 	 * nic is replaced by one of the child's own. */
 	__atomic_store_n(&wait_nic_kept, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&wait_nic_sleepers, 0, __ATOMIC_RELAXED);
 	wait_nic_replaced();
 	struct waiter *w = wait_tls;
 	if (!w)
@@ -222,8 +226,6 @@ void wait_set_progress(const struct wait_progress_ops *ops, unsigned spin_us)
 	wait_spin = spin_us;
 	__atomic_store_n(&wait_ops, ops, __ATOMIC_RELEASE);
 }
-
-static int wait_nic_sleepers; /* atomic: see wait_nic_sleep_begin */
 
 void wait_nic_sleep_begin(void)
 {

@@ -247,6 +247,17 @@ Test(epoll_nic, a_threads_own_epoll_keeps_the_nic_fd)
 	cr_expect_not(registered(w->epfd, nic_fd), "a sleep without the nic dropped it");
 }
 
+/* Waits (5 s at most) until wait_nic_sleeping() is want. */
+static bool nic_sleeping_becomes(bool want)
+{
+	for (int i = 0; i < 5000; i++) {
+		if (wait_nic_sleeping() == want)
+			return true;
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+	return false;
+}
+
 Test(epoll_nic, a_fork_child_forgets_the_parents_sleepers)
 {
 	struct ffile *f;
@@ -254,6 +265,7 @@ Test(epoll_nic, a_fork_child_forgets_the_parents_sleepers)
 	struct sleeper s = {.ep = ep};
 	cr_assert_eq(pthread_create(&s.th, NULL, sleep_on, &s), 0);
 	cr_assert(becomes(ep, nic_fd, true));
+	cr_assert(nic_sleeping_becomes(true));
 	pid_t pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
@@ -261,6 +273,10 @@ Test(epoll_nic, a_fork_child_forgets_the_parents_sleepers)
 		struct ffile *ef = fdtable_get(&fdtab, ep);
 		epoll_fork_child(ef);
 		ffile_put(&fdtab, ef);
+		wait_fork_child();
+		/* The parent's sleeper is not here to stand in for ticks. */
+		if (wait_nic_sleeping())
+			_exit(2);
 		int fresh = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		use_nic(fresh);
 		struct sleeper c = {.ep = ep};
@@ -269,6 +285,8 @@ Test(epoll_nic, a_fork_child_forgets_the_parents_sleepers)
 	}
 	int st;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 2,
+		  "the child counts the parent's sleeper as asleep on its nic");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "the child's sleeper brought the child's nic's fd in");
 	ffile_notify(f, EPOLLIN, EPOLLIN);
@@ -371,17 +389,6 @@ Test(epoll_nic, a_spin_that_finds_its_event_drops_the_kept_nic_fd)
 	cr_assert(registered(w->epfd, nic_fd), "the thread's own epoll keeps it after a sleep");
 	wait_spin_outcome(true);
 	cr_expect_not(registered(w->epfd, nic_fd), "and drops it when a spin finds its event");
-}
-
-/* Waits (5 s at most) until wait_nic_sleeping() is want. */
-static bool nic_sleeping_becomes(bool want)
-{
-	for (int i = 0; i < 5000; i++) {
-		if (wait_nic_sleeping() == want)
-			return true;
-		nanosleep(&(struct timespec){0, 1000000}, NULL);
-	}
-	return false;
 }
 
 struct own_sleeper {

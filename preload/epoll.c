@@ -760,10 +760,12 @@ static void ep_nic_watch(struct fepoll *ep, int nfd)
 	if (ep->nic_users++ == 0 && !__atomic_load_n(&ep->watched, __ATOMIC_RELAXED))
 		wait_nic_add(ep->epfd, &ep->nic, nfd, &ep_notify_tag, !ep->inherited);
 	pthread_mutex_unlock(&ep->lock);
+	wait_nic_sleep_begin();
 }
 
 static void ep_nic_unwatch(struct fepoll *ep)
 {
+	wait_nic_sleep_end();
 	pthread_mutex_lock(&ep->lock);
 	if (--ep->nic_users == 0 && ep->nic.fd >= 0 && !ep->nic.kept)
 		wait_nic_remove(ep->epfd, &ep->nic);
@@ -879,17 +881,13 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		/* Not armed (see wait_arm): the nic's fd would wake us for
 		 * packets whoever holds the loop is about to take. */
 		bool nic = armed >= 0;
-		if (nic) {
+		if (nic)
 			ep_nic_watch(ep, armed);
-			wait_nic_sleep_begin();
-		} else {
+		else
 			ep_nic_unkeep(ep);
-		}
 		int k = ep_kernel(ep, events, max, ms_until(deadline), sigmask, true);
-		if (nic) {
-			wait_nic_sleep_end();
+		if (nic)
 			ep_nic_unwatch(ep);
-		}
 		if (k < 0)
 			return k;
 		n = k + ep_harvest(ep, events + k, max - k);

@@ -641,70 +641,24 @@ static void ho_wait_attached(struct ffile *f, struct stream *s)
 	}
 }
 
-/* A handshake with the peer started before the owner's answer came: the
- * management thread completes it, perhaps after the adopter gave up on it
- * (then the completion frees it). */
-struct ho_dial {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool done, abandoned;
-	int result;
-};
-
 static void ho_dialled(void *ctx, int result)
 {
-	struct ho_dial *d = ctx;
-	pthread_mutex_lock(&d->mu);
-	bool abandoned = d->abandoned;
-	d->result = result;
-	d->done = true;
-	pthread_cond_signal(&d->cv);
-	pthread_mutex_unlock(&d->mu);
-	if (abandoned)
-		free(d);
+	(void)ctx;
+	(void)result;
 }
 
-static int ho_dial_wait(struct ho_dial *d)
-{
-	pthread_mutex_lock(&d->mu);
-	while (!d->done)
-		pthread_cond_wait(&d->cv, &d->mu);
-	pthread_mutex_unlock(&d->mu);
-	int rc = d->result;
-	free(d);
-	return rc;
-}
-
-static void ho_dial_abandon(struct ho_dial *d)
-{
-	pthread_mutex_lock(&d->mu);
-	bool done = d->done;
-	d->abandoned = true;
-	pthread_mutex_unlock(&d->mu);
-	if (done)
-		free(d);
-}
-
-/* The peer's handshake, started now if the fork left its address: it then
- * runs while the owner stops the stream, instead of after. */
-static struct ho_dial *ho_dial_start(const struct fsock *sk, unsigned timeout_ms)
+/* Starts the peer's handshake now if the fork left its address, so it runs
+ * while the owner stops the stream: the connect after the owner's answer
+ * joins it, or finds the session it made (mgmt shares a handshake in
+ * progress, and a live session, per address). */
+static void ho_dial_early(const struct fsock *sk, unsigned timeout_ms)
 {
 	if (!sk->remote_mgmt_len)
-		return NULL;
-	struct ho_dial *d = calloc(1, sizeof(*d));
-	if (!d)
-		return NULL;
-	pthread_mutex_init(&d->mu, NULL);
-	pthread_cond_init(&d->cv, NULL);
+		return;
 	ferry_internal_enter();
-	int rc = mgmt_connect_async(ferry.mgmt, ferry.rpc, (const struct sockaddr *)&sk->remote_mgmt,
-				    sk->remote_mgmt_len, timeout_ms, ho_dialled, d);
+	mgmt_connect_async(ferry.mgmt, ferry.rpc, (const struct sockaddr *)&sk->remote_mgmt,
+			   sk->remote_mgmt_len, timeout_ms, ho_dialled, NULL);
 	ferry_internal_leave();
-	if (rc != 0) {
-		free(d);
-		return NULL;
-	}
-	return d;
 }
 
 void handover_adopt(struct ffile *f)
@@ -721,25 +675,19 @@ void handover_adopt(struct ffile *f)
 	unsigned dial_ms = ferry.cfg.connect_timeout_ms > HO_ATTACH_CONNECT_MS
 				   ? ferry.cfg.connect_timeout_ms
 				   : HO_ATTACH_CONNECT_MS;
-	struct ho_dial *dial = rc == 0 ? ho_dial_start(sk, dial_ms) : NULL;
 	if (rc == 0) {
+		ho_dial_early(sk, dial_ms);
 		ferry_internal_enter();
 		rc = ho_fetch(sk, &resp, bytes);
 		ferry_internal_leave();
 	}
 	int ses = rc;
-	if (rc == 0 && dial && resp.snap.peer_mgmt_len == sk->remote_mgmt_len &&
-	    memcmp(&resp.snap.peer_mgmt, &sk->remote_mgmt, sk->remote_mgmt_len) == 0) {
-		ses = ho_dial_wait(dial);
-		dial = NULL;
-	} else if (rc == 0) {
+	if (rc == 0) {
 		ferry_internal_enter();
 		ses = mgmt_connect(ferry.mgmt, ferry.rpc, (struct sockaddr *)&resp.snap.peer_mgmt,
 				   resp.snap.peer_mgmt_len, dial_ms);
 		ferry_internal_leave();
 	}
-	if (dial)
-		ho_dial_abandon(dial);
 	struct stream *s = NULL;
 	if (ses >= 0) {
 		ferry_lock();

@@ -3,7 +3,6 @@
 
 #include "transport/thread_pause.h"
 
-
 void thread_pause_init(struct thread_pause *p)
 {
 	pthread_mutex_init(&p->mu, NULL);

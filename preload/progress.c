@@ -13,6 +13,7 @@
 
 #include "preload/ferry.h"
 #include "preload/reentry.h"
+#include "preload/rxbuf.h"
 #include "preload/sock.h"
 #include "preload/statmap.h"
 #include "preload/stream.h"
@@ -151,12 +152,15 @@ static void *progress_main(void *arg)
 		uint64_t now = clock_now_ns();
 		uint64_t since = now - __atomic_load_n(&pg_last_run, __ATOMIC_RELAXED);
 		bool app_active = since < PROGRESS_APP_IDLE_NS;
+		bool spares = false;
 		if (rpc_trylock(rpc)) {
 			/* Application threads running the loop keep timers going;
 			 * only step in when they have not for a tick. */
 			if (since >= pg_tick_ns || stream_tx_deferred())
 				progress_pass(rpc);
 			busy = rpc_busy(rpc) || stream_work_pending();
+			rxbuf_spares_trim(now);
+			spares = rxbuf_spare_bytes() > 0;
 			if (!app_active) {
 				armed = rpc_arm_notify(rpc);
 				if (armed == 1)
@@ -200,6 +204,9 @@ static void *progress_main(void *arg)
 		 * second). */
 		if (timeout < 0 && stream_timed_pending())
 			timeout = 100;
+		/* Receive rings kept from a burst go back once it is over. */
+		if (timeout < 0 && spares)
+			timeout = (int)(RXBUF_TRIM_NS / 1000000u);
 		bool long_sleep = timeout < 0;
 		if (long_sleep) {
 			__atomic_store_n(&pg_long_sleep, 1, __ATOMIC_SEQ_CST);

@@ -7,29 +7,97 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint8_t *rx_spare[RXBUF_SPARES];
-static unsigned rx_nspare;
+/* Spare rings by size class (class k holds rings of RXBUF_MIN_RING << k):
+ * the smallest class up to RXBUF_SPARES rings, kept for good; the larger
+ * ones within RXBUF_SPARE_BYTES together, until a trim finds them untaken. */
+#define RX_CLASSES (RXBUF_SPARE_MAX_CLASS + 1)
+#define RX_CLASS_CAP (RXBUF_SPARE_BYTES / (RXBUF_MIN_RING << 1))
+static struct {
+	uint8_t *ring[RX_CLASS_CAP > RXBUF_SPARES ? RX_CLASS_CAP : RXBUF_SPARES];
+	unsigned n;
+	bool taken; /* since the last trim */
+} rx_spare[RX_CLASSES];
+static size_t rx_spare_bytes; /* held in the larger classes */
+static uint64_t rx_trimmed_ns;
 
-static uint8_t *ring_alloc(uint32_t size)
+static int ring_class(uint32_t size)
 {
-	if (size == RXBUF_MIN_RING && rx_nspare > 0)
-		return rx_spare[--rx_nspare];
+	int k = 0;
+	while ((RXBUF_MIN_RING << k) < size)
+		k++;
+	return (RXBUF_MIN_RING << k) == size && k < RX_CLASSES ? k : -1;
+}
+
+/* A ring of at least size bytes: the largest spare up to pref (a ring this
+ * large needs no growing, and it is warm), or a new one of size. */
+static uint8_t *ring_alloc(uint32_t size, uint32_t pref, uint32_t *got)
+{
+	if (pref > (RXBUF_MIN_RING << RXBUF_SPARE_MAX_CLASS))
+		pref = RXBUF_MIN_RING << RXBUF_SPARE_MAX_CLASS;
+	int lo = ring_class(size), hi = ring_class(pref);
+	for (int k = hi; lo >= 0 && k >= lo; k--) {
+		if (rx_spare[k].n == 0)
+			continue;
+		rx_spare[k].taken = true;
+		if (k > 0)
+			rx_spare_bytes -= RXBUF_MIN_RING << k;
+		*got = RXBUF_MIN_RING << k;
+		return rx_spare[k].ring[--rx_spare[k].n];
+	}
+	*got = size;
 	return malloc(size);
 }
 
 static void ring_free(uint8_t *ring, uint32_t size)
 {
-	if (ring && size == RXBUF_MIN_RING && rx_nspare < RXBUF_SPARES)
-		rx_spare[rx_nspare++] = ring;
-	else
+	if (!ring)
+		return;
+	int k = ring_class(size);
+	if (k == 0 && rx_spare[0].n < RXBUF_SPARES) {
+		rx_spare[0].ring[rx_spare[0].n++] = ring;
+	} else if (k > 0 && rx_spare_bytes + size <= RXBUF_SPARE_BYTES) {
+		rx_spare[k].ring[rx_spare[k].n++] = ring;
+		rx_spare_bytes += size;
+	} else {
 		free(ring);
+	}
+}
+
+/* Frees class k's spares; returns how many. */
+static unsigned class_free(int k)
+{
+	unsigned n = rx_spare[k].n;
+	while (rx_spare[k].n > 0)
+		free(rx_spare[k].ring[--rx_spare[k].n]);
+	if (k > 0)
+		rx_spare_bytes -= (size_t)n * (RXBUF_MIN_RING << k);
+	return n;
 }
 
 unsigned rxbuf_spares_release(void)
 {
-	unsigned n = rx_nspare;
-	while (rx_nspare > 0)
-		free(rx_spare[--rx_nspare]);
+	unsigned n = 0;
+	for (int k = 0; k < RX_CLASSES; k++)
+		n += class_free(k);
+	return n;
+}
+
+size_t rxbuf_spare_bytes(void)
+{
+	return rx_spare_bytes;
+}
+
+unsigned rxbuf_spares_trim(uint64_t now_ns)
+{
+	if (now_ns - rx_trimmed_ns < RXBUF_TRIM_NS)
+		return 0;
+	rx_trimmed_ns = now_ns;
+	unsigned n = 0;
+	for (int k = 1; k < RX_CLASSES; k++) {
+		if (!rx_spare[k].taken)
+			n += class_free(k);
+		rx_spare[k].taken = false;
+	}
 	return n;
 }
 
@@ -44,6 +112,8 @@ void rxbuf_init(struct rxbuf *rb, uint32_t cap)
 
 void rxbuf_free(struct rxbuf *rb)
 {
+	if (rb->ring)
+		rb->last = rb->size;
 	ring_free(rb->ring, rb->size);
 	rb->ring = NULL;
 	rb->size = 0;
@@ -77,9 +147,11 @@ static int ring_reserve(struct rxbuf *rb, uint64_t end)
 		size <<= 1;
 	if (size > rb->cap)
 		size = rb->cap;
-	uint8_t *ring = ring_alloc(size);
+	uint32_t got;
+	uint8_t *ring = ring_alloc(size, rb->ring || rb->last < size ? size : rb->last, &got);
 	if (!ring)
 		return -ENOMEM;
+	size = got;
 	if (rb->ring) {
 		/* Everything held lies in [head, head + old size). */
 		struct rxbuf old = *rb;

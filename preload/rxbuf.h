@@ -23,13 +23,23 @@
 /* Drained rings of the smallest size are kept, this many at most for the
  * whole process, for the next stream that receives: a reader that drains
  * everything each time (redis, memcached) would otherwise malloc and free
- * a ring per message. Larger rings are freed. */
+ * a ring per message. */
 #define RXBUF_SPARES 16
+/* Larger drained rings, up to RXBUF_MIN_RING << RXBUF_SPARE_MAX_CLASS, are
+ * kept too, within this many bytes together, until a trim finds them not
+ * taken since the one before: a bulk reader drains its ring on every read,
+ * and a ring freed and allocated again costs its pages' faults each time
+ * (glibc returns freed top-of-heap memory to the kernel). */
+#define RXBUF_SPARE_MAX_CLASS 8
+#define RXBUF_SPARE_BYTES (1u << 20)
+/* How often at most a trim gives back untaken spares. */
+#define RXBUF_TRIM_NS 1000000000ull
 
 struct rxbuf {
 	uint8_t *ring;   /* size bytes, or NULL while nothing is held */
 	uint32_t size;   /* a power of two, <= cap */
 	uint32_t cap;    /* the window: a power of two */
+	uint32_t last;   /* the size the ring had when last given up */
 	uint64_t head;   /* next byte the application reads */
 	uint64_t tail;   /* end of the bytes received in order */
 	unsigned nooo;   /* ranges received past tail, sorted, disjoint */
@@ -43,6 +53,12 @@ void rxbuf_init(struct rxbuf *rb, uint32_t cap);
 void rxbuf_free(struct rxbuf *rb);
 /* Frees the spare rings (teardown, tests). Returns how many there were. */
 unsigned rxbuf_spares_release(void);
+/* Bytes held in spare rings past the smallest size: while there are any, a
+ * trim is due now and then. */
+size_t rxbuf_spare_bytes(void);
+/* Frees the larger spares none of which was taken since the previous trim,
+ * at most once per RXBUF_TRIM_NS. Returns how many were freed. */
+unsigned rxbuf_spares_trim(uint64_t now_ns);
 
 /*
  * Stores len bytes that start at sequence number seq (copied). Bytes

@@ -194,32 +194,91 @@ Test(rxbuf, a_drained_ring_is_reused_not_allocated_again)
 	cr_assert_eq(rxbuf_spares_release(), 1);
 }
 
-Test(rxbuf, spares_are_bounded_and_only_small_rings)
+Test(rxbuf, small_spares_are_bounded_and_kept)
 {
 	static struct rxbuf many[RXBUF_SPARES + 3];
-	static uint8_t big[RXBUF_MIN_RING * 2];
-	uint8_t out[sizeof(big)];
+	uint8_t out[1];
 	struct iovec v = {out, sizeof(out)};
 	for (unsigned i = 0; i < RXBUF_SPARES + 3; i++) {
 		rxbuf_init(&many[i], 1u << 16);
 		cr_assert_eq(rxbuf_put(&many[i], 0, "m", 1), 0);
 	}
-	/* A ring that grew past the smallest size is freed, not kept. */
-	struct rxbuf grown;
-	rxbuf_init(&grown, 1u << 16);
-	cr_assert_eq(rxbuf_put(&grown, 0, big, sizeof(big)), 0);
-	cr_assert_gt(grown.size, RXBUF_MIN_RING);
-	cr_assert_eq(rxbuf_read(&grown, &v, 1, false), sizeof(big));
-	cr_assert_null(grown.ring);
-	cr_assert_eq(rxbuf_spares_release(), 0);
 	for (unsigned i = 0; i < RXBUF_SPARES + 3; i++) {
 		cr_assert_eq(rxbuf_read(&many[i], &v, 1, false), 1);
 		cr_assert_null(many[i].ring, "an idle stream keeps no buffer");
 	}
+	cr_assert_eq(rxbuf_spare_bytes(), 0, "the smallest rings are not counted against the budget");
+	cr_assert_eq(rxbuf_spares_trim(UINT64_MAX), 0, "nor trimmed");
 	cr_assert_eq(rxbuf_spares_release(), RXBUF_SPARES);
 	for (unsigned i = 0; i < RXBUF_SPARES + 3; i++)
 		rxbuf_free(&many[i]);
-	rxbuf_free(&grown);
+}
+
+/* Fills rb to its whole window and reads it all back: the ring grows to the
+ * window and is given up. */
+static void fill_and_drain(struct rxbuf *r, uint64_t *seq)
+{
+	static uint8_t data[1u << 16], out[1u << 16];
+	struct iovec v = {out, sizeof(out)};
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(*seq + i * 13);
+	cr_assert_eq(rxbuf_put(r, *seq, data, sizeof(data)), 0);
+	cr_assert_eq(r->size, r->cap);
+	cr_assert_eq(rxbuf_read(r, &v, 1, false), sizeof(data));
+	cr_assert_arr_eq(out, data, sizeof(data));
+	cr_assert_null(r->ring);
+	*seq += sizeof(data);
+}
+
+Test(rxbuf, a_bulk_reader_gets_its_drained_window_back_whole)
+{
+	struct rxbuf bulk;
+	rxbuf_init(&bulk, 1u << 16);
+	uint64_t seq = 0;
+	fill_and_drain(&bulk, &seq);
+	cr_assert_eq(rxbuf_spare_bytes(), 1u << 16, "the drained window is kept");
+	/* The next small piece takes the whole window's ring, so the bytes
+	 * after it need no growing and copying. */
+	uint8_t *kept = NULL;
+	cr_assert_eq(rxbuf_put(&bulk, seq, "x", 1), 0);
+	kept = bulk.ring;
+	cr_assert_eq(bulk.size, bulk.cap, "the ring it had, not the smallest");
+	cr_assert_eq(rxbuf_spare_bytes(), 0);
+	cr_assert_eq(rxbuf_skip(&bulk, 1), 1);
+	seq++;
+	/* Another stream that never held more than a little does not take it. */
+	struct rxbuf small;
+	rxbuf_init(&small, 1u << 16);
+	cr_assert_eq(rxbuf_put(&small, 0, "y", 1), 0);
+	cr_assert_neq(small.ring, kept);
+	cr_assert_eq(small.size, RXBUF_MIN_RING);
+	rxbuf_free(&small);
+	rxbuf_free(&bulk);
+}
+
+Test(rxbuf, untaken_spares_are_trimmed_and_the_budget_holds)
+{
+	static struct rxbuf r[RXBUF_SPARE_BYTES / (1u << 16) + 2];
+	unsigned n = sizeof(r) / sizeof(r[0]);
+	static uint8_t data[1u << 16];
+	for (unsigned i = 0; i < n; i++) {
+		rxbuf_init(&r[i], 1u << 16);
+		cr_assert_eq(rxbuf_put(&r[i], 0, data, sizeof(data)), 0);
+	}
+	for (unsigned i = 0; i < n; i++)
+		cr_assert_eq(rxbuf_skip(&r[i], sizeof(data)), sizeof(data));
+	cr_assert_eq(rxbuf_spare_bytes(), RXBUF_SPARE_BYTES, "kept up to the budget, no more");
+	uint64_t t = 5 * RXBUF_TRIM_NS;
+	/* One taken since the last trim: its class stays. */
+	uint64_t seq = sizeof(data);
+	fill_and_drain(&r[0], &seq);
+	cr_assert_eq(rxbuf_spares_trim(t), 0, "a class in use is kept");
+	cr_assert_eq(rxbuf_spares_trim(t + RXBUF_TRIM_NS / 2), 0, "not trimmed again so soon");
+	cr_assert_eq(rxbuf_spares_trim(t + RXBUF_TRIM_NS), RXBUF_SPARE_BYTES / sizeof(data),
+		     "untaken for a whole trim period: given back");
+	cr_assert_eq(rxbuf_spare_bytes(), 0);
+	for (unsigned i = 0; i < n; i++)
+		rxbuf_free(&r[i]);
 }
 
 Test(rxbuf, the_ring_grows_to_the_window_keeping_holes)

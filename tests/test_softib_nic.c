@@ -11,6 +11,7 @@
 #include "transport/config.h"
 #include "transport/nic.h"
 #include "transport/stats.h"
+#include "transport/sys.h"
 
 static char fabric[128];
 static struct ferry_config cfg;
@@ -295,6 +296,39 @@ Test(softib_nic, notify_fd_sleeps_and_wakes)
 	/* A packet sent before arming is reported by the arm itself. */
 	cr_assert_eq(nic_tx_burst(na, &t, 1), 1);
 	cr_assert_eq(nic_arm_notify(nb), 1);
+	cr_assert_eq(nic_rx_burst(nb, &rx, 1), 1);
+	nic_post_recvs(nb, &rx.buf, 1);
+}
+
+/* Counts the reads of one fd (the completion channel's socket). */
+static ssize_t (*real_recv)(int, void *, size_t, int);
+static int counted_fd = -1;
+static unsigned counted_reads;
+static ssize_t counting_recv(int fd, void *buf, size_t len, int flags)
+{
+	if (fd == counted_fd)
+		counted_reads++;
+	return real_recv(fd, buf, len, flags);
+}
+
+Test(softib_nic, a_wake_costs_one_read_of_the_channel)
+{
+	struct pollfd p = {.fd = nic_notify_fd(nb), .events = POLLIN};
+	cr_assert_eq(nic_arm_notify(nb), 0);
+	struct nic_tx t = one(a_to_b, mem, 100);
+	cr_assert_eq(nic_tx_burst(na, &t, 1), 1);
+	cr_assert_eq(poll(&p, 1, 5000), 1);
+	real_recv = sys()->recv;
+	counted_fd = p.fd;
+	sys_table.recv = counting_recv;
+	int armed = nic_arm_notify(nb);
+	sys_table.recv = real_recv;
+	cr_assert_eq(armed, 1);
+	/* One CQ on the channel, one event per arm: a second read could
+	 * only fail. */
+	cr_assert_eq(counted_reads, 1);
+	cr_assert_eq(poll(&p, 1, 0), 0, "event consumed");
+	struct nic_rx rx;
 	cr_assert_eq(nic_rx_burst(nb, &rx, 1), 1);
 	nic_post_recvs(nb, &rx.buf, 1);
 }

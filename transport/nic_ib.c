@@ -450,7 +450,9 @@ static int ib_arm_notify(struct nic *nic)
 	struct nic_ib *ib = to_ib(nic);
 	struct ibv_cq *cq;
 	void *cq_ctx;
-	while (ib->api->get_cq_event(ib->chan, &cq, &cq_ctx) == 0)
+	/* The channel serves one CQ, and an armed CQ raises one event until
+	 * it is armed again: a second read would only fail. */
+	if (ib->api->get_cq_event(ib->chan, &cq, &cq_ctx) == 0)
 		ib->events_unacked++;
 	if (ib->events_unacked) {
 		ib->api->ack_cq_events(ib->recv_cq, ib->events_unacked);

@@ -1,9 +1,10 @@
 /*
  * Go-back-N on chosen losses (test nic, deterministic): a lost request
- * packet is recovered through the responder's NACK, a lost credit return
- * or response packet through the requester's gap detection, both without
- * waiting for the retransmission timeout; a lost last packet, which leaves
- * no gap to see, waits for the timeout.
+ * packet is recovered through the responder's NACK, a lost response packet
+ * through the requester's gap detection, both without waiting for the
+ * retransmission timeout; a lost credit return is made up by the next (they
+ * are cumulative, one per pass or per RPC_CR_EVERY packets); a lost last
+ * packet, which leaves no gap to see, waits for the timeout.
  */
 #include "autoconfig.h"
 
@@ -42,11 +43,12 @@ static void done(struct rpc *rpc, int status, const struct msgbuf *resp, void *t
 
 static struct rpc_pair pair;
 
-static void start(void)
+static void open_pair(unsigned credits)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);
 	cfg.rto_us = 10000000;
+	cfg.session_credits = credits;
 	char why[256];
 	cr_assert_eq(rpc_pair_open(&pair, "test", &cfg, why, sizeof(why)), 0, "%s", why);
 	rpc_lock(pair.a);
@@ -55,11 +57,21 @@ static void start(void)
 	executed = completed = 0;
 }
 
+static void start(void) { open_pair(0); }
+
 static void stop(void)
 {
 	rpc_unlock(pair.a);
 	rpc_unlock(pair.b);
 	rpc_pair_close(&pair);
+}
+
+/* The pair again, with this many credits per session (32: A sends a
+ * 32-packet request in one pass, and B takes it in one). */
+static void reopen(unsigned credits)
+{
+	stop();
+	open_pair(credits);
 }
 
 static void send_packets(uint32_t npkts)
@@ -92,20 +104,36 @@ Test(gobackn, lost_request_packet_recovered_by_nack)
 	cr_assert_gt(pair.st_a.retransmits, 0);
 }
 
-Test(gobackn, lost_credit_return_recovered_by_gap)
+Test(gobackn, a_pass_answers_its_request_packets_with_few_credit_returns)
 {
-	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.a), 2), 0); /* credit return 1 */
-	send_packets(10);
+	reopen(32);
+	send_packets(32);
+	turns(TURNS);
+	cr_assert_eq(completed, 1);
+	/* Credit returns for packets 7, 15 and 23, then the response (32
+	 * packets) answers the rest: one credit return per packet would be
+	 * 31. */
+	cr_assert_eq(pair.st_a.pkts_rx, 32 + 3, "%llu packets came back",
+		     (unsigned long long)pair.st_a.pkts_rx);
+	cr_assert_eq(pair.st_a.retransmits, 0);
+}
+
+Test(gobackn, a_lost_credit_return_is_made_up_by_the_next)
+{
+	reopen(32);
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.a), 1), 0); /* the one for packet 7 */
+	send_packets(32);
 	turns(TURNS);
 	cr_assert_eq(completed, 1, "recovery waited for the timeout");
 	cr_assert_eq(executed, 1);
-	cr_assert_gt(pair.st_a.retransmits, 0);
+	cr_assert_eq(pair.st_a.retransmits, 0, "the next credit return answers packet 7 too");
 }
 
 Test(gobackn, lost_response_packet_recovered_by_gap)
 {
-	/* 3 credit returns, then response packets 0, 1, 2...: lose response 1. */
-	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.a), 5), 0);
+	/* The four request packets come in one pass, so the response answers
+	 * them: response packet 0, then 1, 2, 3...: lose response 1. */
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.a), 2), 0);
 	send_packets(4);
 	turns(TURNS);
 	cr_assert_eq(completed, 1, "recovery waited for the timeout");

@@ -246,6 +246,8 @@ unsigned rpc_run_once(struct rpc *rpc)
 	} else {
 		release_held(rpc);
 	}
+	if (rpc->n_cr_due)
+		server_flush_crs(rpc);
 	if (wheel_count(rpc->wheel))
 		tx_reap_wheel(rpc);
 	if (rpc->active && rpc->now_ns >= rpc->next_timer_ns) {

@@ -187,6 +187,16 @@ static void client_complete(struct rpc *rpc, struct session *s, struct client_sl
 		rpc_free_msg(rpc, reassembled);
 }
 
+/* Packet num_rx was answered by a later packet's cumulative answer. */
+static void ack_implied(struct session *s, struct client_slot *cs)
+{
+	uint32_t idx = cs->num_rx++;
+	if (idx < cs->num_tx)
+		s->credits++;
+	else
+		cs->num_tx = idx + 1;
+}
+
 static void on_progress(struct rpc *rpc, struct session *s, struct client_slot *cs, uint32_t idx)
 {
 	cs->num_rx++;
@@ -237,6 +247,11 @@ void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info 
 		}
 		idx = cs->req_pkts - 1 + pi->pkt_num;
 	}
+	/* A credit return, and a response's first packet, answer every
+	 * request packet up to theirs (the responder sends one per pass). */
+	if ((pi->type == PKT_CR || pi->pkt_num == 0) && idx < cs->high_tx)
+		while (cs->num_rx < idx)
+			ack_implied(s, cs);
 	if (idx != cs->num_rx || idx >= cs->high_tx) {
 		log_debug("session %u: answer %u out of order (rx %u tx %u, %s %u)", s->num, idx,
 			  cs->num_rx, cs->num_tx, pi->type == PKT_CR ? "credit return" : "response",

@@ -37,6 +37,8 @@
 #define RPC_SERVER_SLOTS 64u
 #define RPC_TX_BATCH 32u
 #define RPC_RX_BATCH 32u
+/* A responder sends a credit return for at most this many request packets. */
+#define RPC_CR_EVERY 8u
 #define RPC_CTRL_HDRS 4096u
 
 /* A requester slot: one of our requests in flight on a session. */
@@ -93,6 +95,9 @@ struct server_slot {
 	struct msgbuf *req;    /* reassembly buffer (multi-packet requests) */
 	struct msgbuf *resp;   /* the response, kept until the next request */
 	struct msgbuf *pre_resp; /* one-packet buffer reused across requests */
+	bool cr_due;             /* listed in rpc->cr_due this pass */
+	uint32_t cr_owed;        /* request packets received since the last
+				    credit return (see owe_cr) */
 	uint64_t tx_batch;       /* the batch its last response packet went into */
 	uint32_t resp_pkts;
 	struct rpc_req handle;
@@ -176,6 +181,13 @@ struct rpc {
 	unsigned n_tx;
 	uint64_t tx_batch; /* numbers batches, so a slot knows if its packets
 			      still wait in rpc->tx (they do while equal) */
+	/* Slots owed a credit return at the end of this receive pass: one
+	 * answers every request packet received in it, not one each. */
+	struct {
+		uint16_t session;
+		uint16_t slot;
+	} cr_due[RPC_RX_BATCH];
+	unsigned n_cr_due;
 	struct pool_chunk *ctrl_chunk; /* headers of credit returns and RFRs */
 	uint32_t ctrl_next;
 	uint64_t now_ns;        /* cached per event loop pass */
@@ -216,6 +228,7 @@ void client_push_all(struct rpc *rpc, struct session *s);
 void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info *pi,
 		      const uint8_t *data);
 void client_check_timeouts(struct rpc *rpc);
+void server_flush_crs(struct rpc *rpc);
 void client_fail_all(struct rpc *rpc, struct session *s, int err);
 void client_pump_backlog(struct rpc *rpc, struct session *s);
 

@@ -60,6 +60,58 @@ static void start_request(struct rpc *rpc, struct session *s, struct server_slot
 	ss->rx_pkts = 0;
 	ss->nacked_at = UINT32_MAX;
 	ss->resp_pkts = 0;
+	ss->cr_due = false;
+	ss->cr_owed = 0;
+}
+
+/*
+ * A credit return is cumulative: one for packet k answers every packet of
+ * the request up to k. The requester's window needs an answer for each
+ * packet by the end of the pass that received it, not before, so a pass
+ * that takes several packets of a request sends one credit return for
+ * them, or one per quarter of the session's credits: a lost one then
+ * holds back only that many, and the next one makes up for it.
+ */
+static void owe_cr(struct rpc *rpc, struct session *s, struct server_slot *ss)
+{
+	uint32_t every = s->credits_max / 4;
+	if (every > RPC_CR_EVERY)
+		every = RPC_CR_EVERY;
+	if (++ss->cr_owed >= every || (!ss->cr_due && rpc->n_cr_due == RPC_RX_BATCH)) {
+		ss->cr_owed = 0;
+		send_cr(rpc, s, ss, ss->rx_pkts - 1, 0);
+		return;
+	}
+	if (ss->cr_due)
+		return;
+	ss->cr_due = true;
+	rpc->cr_due[rpc->n_cr_due].session = s->num;
+	rpc->cr_due[rpc->n_cr_due].slot = (uint16_t)(ss - s->sslots);
+	rpc->n_cr_due++;
+}
+
+void server_flush_crs(struct rpc *rpc)
+{
+	for (unsigned i = 0; i < rpc->n_cr_due; i++) {
+		struct session *s = session_get(rpc, rpc->cr_due[i].session);
+		if (!s)
+			continue;
+		struct server_slot *ss = &s->sslots[rpc->cr_due[i].slot];
+		if (!ss->cr_due)
+			continue;
+		bool owed = ss->cr_owed > 0;
+		ss->cr_due = false;
+		ss->cr_owed = 0;
+		if (!owed || s->state != SESSION_UP)
+			continue;
+		/* Its last packet came in the same pass: a response sent
+		 * answers them all; one held by its handler does not yet. */
+		if (ss->state == SRV_RECEIVING)
+			send_cr(rpc, s, ss, ss->rx_pkts - 1, 0);
+		else if (ss->state == SRV_IN_HANDLER)
+			send_cr(rpc, s, ss, ss->req_pkts - 2, 0);
+	}
+	rpc->n_cr_due = 0;
 }
 
 static void receive_in_order(struct rpc *rpc, struct session *s, struct server_slot *ss,
@@ -87,7 +139,7 @@ static void receive_in_order(struct rpc *rpc, struct session *s, struct server_s
 	if (ss->rx_pkts == ss->req_pkts)
 		run_handler(rpc, s, ss, ss->req);
 	else
-		send_cr(rpc, s, ss, k, 0);
+		owe_cr(rpc, s, ss);
 }
 
 void server_on_request(struct rpc *rpc, struct session *s, const struct pkt_info *pi,
@@ -124,7 +176,8 @@ void server_on_request(struct rpc *rpc, struct session *s, const struct pkt_info
 		if (k == ss->rx_pkts) {
 			receive_in_order(rpc, s, ss, pi, data);
 		} else if (k < ss->rx_pkts) {
-			send_cr(rpc, s, ss, k, 0); /* our credit return was lost */
+			/* Our credit return was lost: the latest answers this one. */
+			send_cr(rpc, s, ss, ss->rx_pkts - 1, 0);
 		} else {
 			if (ss->nacked_at != ss->rx_pkts) {
 				ss->nacked_at = ss->rx_pkts;

@@ -129,6 +129,20 @@ Test(gobackn, a_lost_credit_return_is_made_up_by_the_next)
 	cr_assert_eq(pair.st_a.retransmits, 0, "the next credit return answers packet 7 too");
 }
 
+Test(gobackn, a_nack_answers_the_packets_before_it)
+{
+	reopen(32);
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.b), 4), 0); /* request packet 3 */
+	send_packets(32);
+	turns(TURNS);
+	cr_assert_eq(completed, 1, "recovery waited for the timeout");
+	cr_assert_eq(executed, 1);
+	/* The NACK names packet 3, whose credit return had not left yet:
+	 * packets 0-2 are not sent again. */
+	cr_assert_eq(pair.st_a.retransmits, 32 - 3, "%llu packets sent again",
+		     (unsigned long long)pair.st_a.retransmits);
+}
+
 Test(gobackn, lost_response_packet_recovered_by_gap)
 {
 	/* The four request packets come in one pass, so the response answers

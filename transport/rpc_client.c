@@ -227,6 +227,12 @@ void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info 
 		return;
 	}
 	if (pi->type == PKT_CR && (pi->flags & PKT_FLAG_NACK)) {
+		/* It names the packet the responder expects next: the ones
+		 * before it arrived, though their credit return may still be
+		 * on its way (it leaves at the end of the responder's pass). */
+		if (pi->pkt_num < cs->req_pkts && pi->pkt_num <= cs->high_tx)
+			while (cs->num_rx < pi->pkt_num)
+				ack_implied(s, cs);
 		if (!cs->rolled_back && cs->num_tx > cs->num_rx) {
 			client_go_back(rpc, s, cs);
 			client_push(rpc, s, cs);

@@ -551,8 +551,16 @@ void epoll_fork_child(struct ffile *f)
 	__atomic_store_n(&ep->sleepers, 0, __ATOMIC_RELAXED);
 }
 
+static int ep_watched_any; /* atomic: some instance was marked watched */
+
+bool epoll_watched_any(void)
+{
+	return __atomic_load_n(&ep_watched_any, __ATOMIC_ACQUIRE) != 0;
+}
+
 void epoll_mark_watched(struct ffile *f)
 {
+	__atomic_store_n(&ep_watched_any, 1, __ATOMIC_RELEASE);
 	struct fepoll *ep = f->priv;
 	pthread_mutex_lock(&ep->lock);
 	if (!ep->watched && ep->nic.fd >= 0) {

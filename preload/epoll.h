@@ -15,6 +15,7 @@
 #define FERRY_PRELOAD_EPOLL_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
 #include <time.h>
@@ -42,6 +43,9 @@ void epoll_file_hybrid(struct ffile *f);
 /* An epoll fd is being watched from outside (inside another epoll, or
  * polled): its wake-up fd is kept readable whenever ferry items are ready. */
 void epoll_mark_watched(struct ffile *f);
+/* Whether any epoll instance of this process was ever watched from outside:
+ * until one is, a file that becomes less ready has nothing to tell. */
+bool epoll_watched_any(void);
 
 /* The implementations behind the interposed calls; -errno on failure.
  * timeout NULL waits forever. */

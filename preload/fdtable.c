@@ -239,6 +239,10 @@ unsigned ffile_fds(struct fdtable *t, struct ffile *f, int *out, unsigned max)
 void ffile_notify(struct ffile *f, uint32_t mask, uint32_t events)
 {
 	__atomic_store_n(&f->mask, mask, __ATOMIC_RELEASE);
+	/* Less ready: waiters and epoll harvests read the mask itself; only an
+	 * instance watched from outside holds a readiness (its fd) to take back. */
+	if (!events && !epoll_watched_any())
+		return;
 	pthread_mutex_lock(&f->wlock);
 	if (events) {
 		epoll_file_event(f, mask, events);

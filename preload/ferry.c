@@ -68,7 +68,7 @@ void ferry_unlock(void)
 
 void ferry_flush(void)
 {
-	if (ferry_state() != FERRY_ON || (!stream_tx_deferred() && !stream_work_pending()))
+	if (ferry_state() != FERRY_ON || (!stream_tx_deferred() && !stream_held_pending()))
 		return;
 	/* Transmit only: the wait that follows receives. Answers the
 	 * application did not fill with a reply go now, plainly. */

@@ -56,6 +56,11 @@ bool stream_work_pending(void)
 	return __atomic_load_n(&streams.work, __ATOMIC_RELAXED) != 0;
 }
 
+bool stream_held_pending(void)
+{
+	return __atomic_load_n(&streams.nheld, __ATOMIC_RELAXED) != 0;
+}
+
 void stream_work_update(void)
 {
 	/* A stream moving at the peer's word counts too: its deadline must be
@@ -377,6 +382,7 @@ void stream_forget_all(void)
 	streams.cap = streams.used = streams.nfree = 0;
 	stream_data_forget();
 	streams.held_head = streams.owed_head = NULL;
+	streams.nheld = 0;
 	st_linger_oldest = UINT64_MAX;
 	st_nlinger = 0;
 	streams.nmoving = 0;

@@ -181,6 +181,9 @@ unsigned stream_release_held(struct rpc *rpc);
  * or a stream waits for its new owner: the progress thread keeps ticking
  * while so. Read without the lock (a hint). */
 bool stream_work_pending(void);
+/* Whether a held DATA answer waits for the application's reply: what a
+ * wait must send first (stream_release_held). Read without the lock. */
+bool stream_held_pending(void);
 /* Whether an open stream has bytes the peer has not yet said it received
  * (exit waits for them, bounded). */
 bool stream_tx_undelivered(void);

@@ -33,9 +33,23 @@ static struct {
 } ack_pending[ACK_PENDING_MAX];
 static unsigned ack_npending;
 
+/*
+ * Every request takes a record and its answer gives it back: spares kept
+ * under the endpoint lock spare malloc and free that round trip.
+ */
+#define STREAM_TX_SPARE_MAX 256
+static struct stream_tx *tx_spare;
+static unsigned tx_nspare;
+
 void stream_data_forget(void)
 {
 	ack_npending = 0;
+	while (tx_spare) {
+		struct stream_tx *tx = tx_spare;
+		tx_spare = tx->next_spare;
+		free(tx);
+	}
+	tx_nspare = 0;
 }
 
 /* --- sending --- */
@@ -84,7 +98,7 @@ void stream_ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, voi
 	struct stream_tx *tx = tag;
 	rpc_free_msg(rpc, tx->m);
 	struct stream *s = tx->s;
-	free(tx);
+	stream_tx_free(tx);
 	s->inflight--;
 	const struct wire_ack *a = stream_ack_of(status, resp);
 	if (a) {
@@ -104,15 +118,30 @@ void stream_ctl_cont(struct rpc *rpc, int status, const struct msgbuf *resp, voi
 
 struct stream_tx *stream_tx_new(struct rpc *rpc, struct stream *s, uint32_t len)
 {
-	struct stream_tx *tx = calloc(1, sizeof(*tx));
-	struct msgbuf *m = tx ? rpc_alloc_msg(rpc, len) : NULL;
-	if (!m) {
-		free(tx);
+	struct stream_tx *tx = tx_spare;
+	if (tx) {
+		tx_spare = tx->next_spare;
+		tx_nspare--;
+	} else if (!(tx = malloc(sizeof(*tx)))) {
 		return NULL;
 	}
-	tx->s = s;
-	tx->m = m;
+	*tx = (struct stream_tx){.s = s, .m = rpc_alloc_msg(rpc, len)};
+	if (!tx->m) {
+		stream_tx_free(tx);
+		return NULL;
+	}
 	return tx;
+}
+
+void stream_tx_free(struct stream_tx *tx)
+{
+	if (tx_nspare >= STREAM_TX_SPARE_MAX) {
+		free(tx);
+		return;
+	}
+	tx->next_spare = tx_spare;
+	tx_spare = tx;
+	tx_nspare++;
 }
 
 int stream_tx_send(struct rpc *rpc, struct stream_tx *tx, uint8_t type, rpc_cont_fn cont)
@@ -121,7 +150,7 @@ int stream_tx_send(struct rpc *rpc, struct stream_tx *tx, uint8_t type, rpc_cont
 	int rc = rpc_enqueue_request(rpc, s->session, type, tx->m, cont, tx);
 	if (rc) {
 		rpc_free_msg(rpc, tx->m);
-		free(tx);
+		stream_tx_free(tx);
 		return rc;
 	}
 	s->refs++;
@@ -228,6 +257,8 @@ bool stream_answer_held(struct rpc *rpc, struct stream *s, uint32_t flags,
 {
 	struct rpc_req *req = s->held;
 	s->held = NULL;
+	if (req)
+		__atomic_sub_fetch(&streams.nheld, 1, __ATOMIC_RELAXED);
 	return stream_answer(rpc, req, s, 0, flags, iov, iovcnt, len);
 }
 
@@ -467,6 +498,7 @@ static void stream_hold(struct rpc *rpc, struct rpc_req *req, struct stream *s)
 	if (s->held)
 		stream_answer_held(rpc, s, 0, NULL, 0, 0); /* one per stream: the earlier goes now */
 	s->held = req;
+	__atomic_add_fetch(&streams.nheld, 1, __ATOMIC_RELAXED);
 	if (!s->on_held) {
 		s->on_held = true;
 		s->refs++;

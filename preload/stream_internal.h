@@ -30,6 +30,7 @@ struct stream_tx {
 	struct msgbuf *m;
 	uint32_t len;     /* DATA bytes carried */
 	unsigned attempt; /* OPEN: s->redirects when it was sent */
+	struct stream_tx *next_spare;
 };
 
 struct stream_table {
@@ -45,6 +46,7 @@ struct stream_table {
 	 * an entry whose reason went away is dropped when next walked. */
 	struct stream *held_head, *owed_head, *redirect_head;
 	int work;        /* atomic: a list is non-empty or a stream moving (a hint) */
+	unsigned nheld;  /* atomic: streams whose held answer is still unsent */
 	bool tx_pending; /* requests queued since stream_take_tx_pending */
 	/* DATA waits for the application's next wait (epoll_wait, poll, a
 	 * blocking call) so replies to many connections leave in one batch.
@@ -52,6 +54,9 @@ struct stream_table {
 	bool tx_deferred;
 };
 extern struct stream_table streams;
+
+/* stream_data.c */
+void stream_tx_free(struct stream_tx *tx);
 
 /* stream.c */
 struct stream *stream_alloc(struct rpc *rpc, int session);

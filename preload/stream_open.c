@@ -44,7 +44,7 @@ static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 	struct stream *s = tx->s;
 	unsigned attempt = tx->attempt;
 	rpc_free_msg(rpc, tx->m);
-	free(tx);
+	stream_tx_free(tx);
 	s->inflight--;
 	if (attempt != s->redirects || s->redirect) {
 		/* The answer to an attempt made before the stream went again. */

@@ -279,6 +279,8 @@ void rpc_run_for_us(struct rpc *rpc, uint64_t us)
 
 bool rpc_busy(const struct rpc *rpc) { return rpc->active != NULL || rpc->has_held; }
 
+uint64_t rpc_pass_clock(const struct rpc *rpc) { return rpc->now_ns; }
+
 int rpc_notify_fd(const struct rpc *rpc) { return nic_notify_fd(rpc->nic); }
 int rpc_arm_notify(struct rpc *rpc) { return nic_arm_notify(rpc->nic); }
 

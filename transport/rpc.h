@@ -104,6 +104,9 @@ void rpc_flush(struct rpc *rpc);
 void rpc_run_for_us(struct rpc *rpc, uint64_t us);
 /* Whether any request is in flight or queued (timers must keep running). */
 bool rpc_busy(const struct rpc *rpc);
+/* The clock (clock_now_ns) as the last pass read it: an idle pass reads it
+ * only now and then, so it may lag by a few passes. */
+uint64_t rpc_pass_clock(const struct rpc *rpc);
 
 /* Sleeping: rpc_arm_notify() then poll(rpc_notify_fd()) if it returned 0. */
 int rpc_notify_fd(const struct rpc *rpc);

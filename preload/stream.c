@@ -306,8 +306,12 @@ void stream_heard(struct stream *s, uint64_t consumed, uint64_t received)
 		s->tx_delivered = received;
 	stream_timed_heard(s, moved);
 	if (consumed > s->tx_acked && consumed <= s->tx_seq) {
+		/* As TCP's write space: an event only for a writer that had run
+		 * out of room; with room before and after, nothing changed. */
+		bool was_full = stream_tx_space(s) == 0;
 		s->tx_acked = consumed;
-		stream_notify(s, EPOLLOUT);
+		if (was_full)
+			stream_notify(s, EPOLLOUT);
 	}
 }
 

@@ -184,6 +184,46 @@ static void drain_client(struct peer *p)
 	close(fd);
 }
 
+/* ---- epollout_room: the peer reading leaves an edge-triggered writer alone ---- */
+
+/* As TCP signals write space only to a writer that ran out of it (SOCK_NOSPACE):
+ * with room before and after, the peer's acknowledgement is no event. */
+static void room_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	sync_wait(p);
+	char buf[100];
+	size_t got = 0;
+	while (got < sizeof(buf)) {
+		ssize_t n = read(fd, buf + got, sizeof(buf) - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	expect_int(p, "read_all", (int)got, (int)sizeof(buf));
+	sync_send(p);
+	sync_wait(p);
+	close(fd);
+}
+
+static void room_client(struct peer *p)
+{
+	int fd = tcp_connect(p, p->port);
+	int et = epoll_create1(0);
+	struct epoll_event ev = {.events = EPOLLOUT | EPOLLET};
+	epoll_ctl(et, EPOLL_CTL_ADD, fd, &ev);
+	struct epoll_event out;
+	expect_rc(p, "writable_at_start", epoll_wait(et, &out, 1, 5000), 1, 0);
+	char junk[100] = {0};
+	expect_rc(p, "send", send(fd, junk, sizeof(junk), 0), (int)sizeof(junk), 0);
+	sync_send(p);
+	sync_wait(p); /* the peer read it all: its acknowledgement is on the way */
+	expect_rc(p, "no_edge_with_room", epoll_wait(et, &out, 1, 150), 0, 0);
+	sync_send(p);
+	close(et);
+	close(fd);
+}
+
 /* ---- reset_seen: SO_ERROR, poll and epoll after a reset, before any read ------- */
 
 static void seen_server(struct peer *p)
@@ -514,6 +554,7 @@ const struct scenario scen_flow[] = {
 	{"duplex_bulk", duplex_server, duplex_client, false},
 	{"streams_independent", indep_server, indep_client, false},
 	{"epollout_after_drain", drain_server, drain_client, false},
+	{"epollout_room_no_edge", room_server, room_client, false},
 	{"reset_seen", seen_server, seen_client, false},
 	{"shutdown_rdwr", rdwr_server, rdwr_client, false},
 	{"tiny_writes", tiny_server, tiny_client, false},

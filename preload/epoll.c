@@ -847,6 +847,10 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 				return k;
 			}
 		}
+		/* A long spin reads the clock only now and then (wait_spin_over). */
+		if (spin_us && spin_end < deadline &&
+		    i % WAIT_SPIN_CLOCK_TURNS != WAIT_SPIN_CLOCK_TURNS - 1)
+			continue;
 		uint64_t now = clock_now_ns();
 		/* Time is up before the kernel's turn came (a zero timeout): its
 		 * fds get one look all the same. */

@@ -100,7 +100,9 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 	}
 	unsigned spin_us = wait_spin_us();
 	uint64_t spin_end = clock_now_ns() + (uint64_t)spin_us * 1000u;
-	for (unsigned i = 0; clock_now_ns() < spin_end && clock_now_ns() < deadline; i++) {
+	if (deadline < spin_end)
+		spin_end = deadline;
+	for (unsigned i = 0; spin_us && !wait_spin_over(i, spin_end); i++) {
 		wait_spin_once();
 		ready = poll_scan(c);
 		if (ready < 0)

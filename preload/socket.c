@@ -85,16 +85,17 @@ int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short 
 	want |= EPOLLERR | EPOLLHUP;
 	wait_flush();
 	unsigned spin_us = wait_spin_us();
-	uint64_t spin_end = clock_now_ns() + (uint64_t)spin_us * 1000u;
-	while (clock_now_ns() < spin_end) {
-		if (ffile_mask(f) & want) {
-			wait_spin_outcome(true);
-			return 0;
+	if (spin_us) {
+		uint64_t spin_end = clock_now_ns() + (uint64_t)spin_us * 1000u;
+		for (unsigned i = 0; !wait_spin_over(i, spin_end); i++) {
+			if (ffile_mask(f) & want) {
+				wait_spin_outcome(true);
+				return 0;
+			}
+			wait_spin_once();
 		}
-		wait_spin_once();
-	}
-	if (spin_us)
 		wait_spin_outcome(false);
+	}
 	struct waiter *w = wait_self();
 	struct wait_node node;
 	for (;;) {

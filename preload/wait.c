@@ -264,6 +264,11 @@ void wait_spin_once(void)
 		sched_yield();
 }
 
+bool wait_spin_over(unsigned turn, uint64_t end)
+{
+	return turn % WAIT_SPIN_CLOCK_TURNS == WAIT_SPIN_CLOCK_TURNS - 1 && clock_now_ns() >= end;
+}
+
 /*
  * A thread that finds the loop busy looks again, yielding in between (the
  * holder's pass is short), but only so many times in a row: then it sleeps

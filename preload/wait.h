@@ -115,6 +115,11 @@ unsigned wait_spin_us(void);
 /* How a spin of wait_spin_us() > 0 ended: found what it waited for, or ran
  * out (the thread's next waits may skip spinning, see wait.c). */
 void wait_spin_outcome(bool found);
+/* Whether a spin whose turn-th turn just ended is past end (clock_now_ns):
+ * the clock is read only every WAIT_SPIN_CLOCK_TURNS turns, since a read
+ * of it costs about as much as a turn's look at the nic. */
+#define WAIT_SPIN_CLOCK_TURNS 8
+bool wait_spin_over(unsigned turn, uint64_t end);
 
 /*
  * Sleeps until w is woken, a packet may be waiting, one of kfds[0..nk) has

@@ -8,10 +8,12 @@
 
 #include <criterion/criterion.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <unistd.h>
 
 #include "preload/fdtable.h"
 #include "preload/wait.h"
+#include "transport/clock.h"
 #include "preload_test_util.h"
 
 /* Event loop passes: each turn of a spin makes one. */
@@ -86,4 +88,33 @@ Test(wait_spin, poll_on_a_quiet_file_stops_spinning)
 	for (int i = 4; i < 8; i++)
 		cr_expect_lt(per_poll[i], 2, "poll %d after four spent spins still spun (%u passes)",
 			     i, per_poll[i]);
+}
+
+/* A spin looks at the clock on every WAIT_SPIN_CLOCK_TURNS-th turn only: a
+ * turn in between goes on even past the end, and the turn that looks stops
+ * once the end has passed and not before. */
+Test(wait_spin, the_clock_is_read_every_few_turns)
+{
+	uint64_t past = clock_now_ns() - 1, future = clock_now_ns() + 60ull * 1000000000ull;
+	for (unsigned turn = 0; turn < 2 * WAIT_SPIN_CLOCK_TURNS; turn++) {
+		bool looks = turn % WAIT_SPIN_CLOCK_TURNS == WAIT_SPIN_CLOCK_TURNS - 1;
+		cr_expect_eq(wait_spin_over(turn, past), looks, "turn %u, end passed", turn);
+		cr_expect(!wait_spin_over(turn, future), "turn %u, end ahead", turn);
+	}
+}
+
+/* Through poll() with a short timeout inside the spin: the call still
+ * returns, having turned at least once, whatever turn the clock is read on. */
+Test(wait_spin, a_short_poll_timeout_ends_the_spin)
+{
+	int fd;
+	test_file(&fd);
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	unsigned before = __atomic_load_n(&runs, __ATOMIC_RELAXED);
+	uint64_t t0 = clock_now_ns();
+	cr_assert_eq(poll(&p, 1, 1), 0);
+	uint64_t took = clock_now_ns() - t0;
+	close(fd);
+	cr_expect_geq(took, 1000000u, "poll returned before its 1 ms timeout");
+	cr_expect_gt(__atomic_load_n(&runs, __ATOMIC_RELAXED) - before, 0, "the spin did not turn");
 }

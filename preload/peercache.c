@@ -39,6 +39,9 @@ static pthread_mutex_t pc_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct peer_entry pc_plain[PEERCACHE_SLOTS], pc_sess[PEERCACHE_SLOTS],
 	pc_src[PEERCACHE_SLOTS];
 static uint64_t pc_clock;
+/* Whether any table was ever written: a fork child of a process that never
+ * used them (a server's) clears nothing, and faults in none of their pages. */
+static bool pc_written;
 
 static void key_of(const struct sockaddr *sa, bool with_port, struct peer_key *k)
 {
@@ -68,6 +71,7 @@ static struct peer_entry *slot_for(struct peer_entry *t, const struct peer_key *
 	struct peer_entry *e = find(t, k);
 	if (e)
 		return e;
+	pc_written = true;
 	e = &t[0];
 	for (unsigned i = 0; i < PEERCACHE_SLOTS; i++) {
 		if (!t[i].used) {
@@ -231,7 +235,10 @@ int peercache_source(const struct sockaddr *dst, struct sockaddr_storage *src, s
 void peercache_reset(void)
 {
 	pthread_mutex_init(&pc_lock, NULL);
+	if (!pc_written)
+		return;
 	memset(pc_plain, 0, sizeof(pc_plain));
 	memset(pc_sess, 0, sizeof(pc_sess));
 	memset(pc_src, 0, sizeof(pc_src));
+	pc_written = false;
 }

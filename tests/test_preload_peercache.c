@@ -159,3 +159,20 @@ Test(peercache, a_burst_of_connects_asks_no_more_than_the_first_few)
 	 * generator's start) must not make 50 handshakes. */
 	cr_expect_eq(asked, PEERCACHE_PROBES - 1, "%u looks for 50 connects", asked);
 }
+
+/* A reset (a fork child's) forgets what was written before it, in every
+ * table, however many resets found nothing to clear in between. */
+Test(peercache, a_reset_after_use_forgets_every_entry)
+{
+	peercache_reset(); /* nothing written yet: nothing to clear */
+	peercache_set_plain(d(), 1);
+	peercache_set_session(d(), 3, 1003);
+	cr_assert(peercache_is_plain(d(), 2));
+	peercache_reset();
+	cr_expect_not(peercache_is_plain(d(), 2), "the plain mark outlived the reset");
+	bool another = false;
+	cr_expect_eq(pick(&another), -1, "a session outlived the reset");
+	peercache_set_plain(d(), 3);
+	peercache_reset();
+	cr_expect_not(peercache_is_plain(d(), 4), "a mark made after an earlier reset outlived this one");
+}

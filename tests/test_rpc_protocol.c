@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "tests/rpc_pair.h"
@@ -592,4 +593,29 @@ Test(rpc_protocol, udp_gso_paced_loss_every_byte, .timeout = 240)
 	paced_echo(h, 100, 29, 40);
 	cr_assert_gt(h->p.st_b.udp_gso_sends, 0, "responses leave in segmented sends");
 	teardown(h);
+}
+
+/* A session's send-time rings (a slot's times of its packets in flight) are
+ * faulted in by the slots that send, not all at the session's creation: a
+ * fork child that makes one session for one connection took a page per
+ * slot, 16 at 64 slots of 128 credits. */
+Test(rpc_protocol, a_new_session_faults_in_no_page_per_slot)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	cfg.session_slots = 64;
+	cfg.session_credits = 128;
+	struct rpc_pair p;
+	char why[256];
+	cr_assert_eq(rpc_pair_open(&p, "test", &cfg, why, sizeof(why)), 0, "%s", why);
+	rpc_lock(p.a);
+	struct rusage before, after;
+	getrusage(RUSAGE_SELF, &before);
+	int s = rpc_session_create(p.a, 42);
+	getrusage(RUSAGE_SELF, &after);
+	rpc_unlock(p.a);
+	cr_assert_geq(s, 0);
+	long faults = after.ru_minflt - before.ru_minflt;
+	cr_expect_lt(faults, 8, "a session of 64 slots took %ld page faults to make", faults);
+	rpc_pair_close(&p);
 }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "transport/clock.h"
 #include "transport/log.h"
@@ -62,6 +63,11 @@ void session_release_server_slot(struct rpc *rpc, struct server_slot *ss)
 	}
 }
 
+static size_t tx_times_len(const struct session *s)
+{
+	return (size_t)s->n_client_slots * s->credits_max * sizeof(uint64_t);
+}
+
 static void session_free(struct rpc *rpc, struct session *s)
 {
 	for (uint32_t i = 0; i < RPC_SERVER_SLOTS; i++) {
@@ -72,8 +78,8 @@ static void session_free(struct rpc *rpc, struct session *s)
 	}
 	if (s->peer)
 		nic_peer_destroy(rpc->nic, s->peer);
-	for (uint32_t i = 0; i < s->n_client_slots; i++)
-		free(s->cslots[i].tx_ns);
+	if (s->cslots && s->cslots[0].tx_ns)
+		munmap(s->cslots[0].tx_ns, tx_times_len(s)); /* every slot's ring */
 	free(s->cslots);
 	free(s->backlog);
 	free(s);
@@ -132,13 +138,19 @@ int rpc_session_create(struct rpc *rpc, uint64_t token)
 		free(s);
 		return -ENOMEM;
 	}
+	/* One mapping for every slot's send times: a slot's ring is faulted in
+	 * only once the slot sends, so a process that makes a session for one
+	 * connection (a fork child) takes a page, not one per slot (calloc
+	 * from a thread's arena clears the whole block). */
+	uint64_t *tx_ns = mmap(NULL, tx_times_len(s), PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (tx_ns == MAP_FAILED) {
+		session_free(rpc, s);
+		return -ENOMEM;
+	}
 	for (uint32_t i = 0; i < s->n_client_slots; i++) {
 		s->cslots[i].req_num = i;
-		s->cslots[i].tx_ns = calloc(s->credits_max, sizeof(uint64_t));
-		if (!s->cslots[i].tx_ns) {
-			session_free(rpc, s);
-			return -ENOMEM;
-		}
+		s->cslots[i].tx_ns = tx_ns + (size_t)i * s->credits_max;
 	}
 	timely_init(&s->timely, rpc->cfg->link_gbps, clock_now_ns());
 	rpc->sessions[num] = s;

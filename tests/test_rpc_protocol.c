@@ -616,6 +616,8 @@ Test(rpc_protocol, a_new_session_faults_in_no_page_per_slot)
 	rpc_unlock(p.a);
 	cr_assert_geq(s, 0);
 	long faults = after.ru_minflt - before.ru_minflt;
-	cr_expect_lt(faults, 8, "a session of 64 slots took %ld page faults to make", faults);
+	/* The rings alone are 16 pages: making them all took 20 faults here,
+	 * the session itself takes 3 (10 under AddressSanitizer). */
+	cr_expect_lt(faults, 16, "a session of 64 slots took %ld page faults to make", faults);
 	rpc_pair_close(&p);
 }

@@ -848,8 +848,7 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 			}
 		}
 		/* A long spin reads the clock only now and then (wait_spin_over). */
-		if (spin_us && spin_end < deadline &&
-		    i % WAIT_SPIN_CLOCK_TURNS != WAIT_SPIN_CLOCK_TURNS - 1)
+		if (spin_us && spin_end < deadline && !wait_spin_clock_turn(i))
 			continue;
 		uint64_t now = clock_now_ns();
 		/* Time is up before the kernel's turn came (a zero timeout): its

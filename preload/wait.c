@@ -266,7 +266,7 @@ void wait_spin_once(void)
 
 bool wait_spin_over(unsigned turn, uint64_t end)
 {
-	return turn % WAIT_SPIN_CLOCK_TURNS == WAIT_SPIN_CLOCK_TURNS - 1 && clock_now_ns() >= end;
+	return wait_spin_clock_turn(turn) && clock_now_ns() >= end;
 }
 
 /*

@@ -119,6 +119,10 @@ void wait_spin_outcome(bool found);
  * the clock is read only every WAIT_SPIN_CLOCK_TURNS turns, since a read
  * of it costs about as much as a turn's look at the nic. */
 #define WAIT_SPIN_CLOCK_TURNS 8
+static inline bool wait_spin_clock_turn(unsigned turn)
+{
+	return turn % WAIT_SPIN_CLOCK_TURNS == WAIT_SPIN_CLOCK_TURNS - 1;
+}
 bool wait_spin_over(unsigned turn, uint64_t end);
 
 /*

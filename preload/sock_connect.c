@@ -52,6 +52,18 @@ static int sock_kernel_connect(struct ffile *f, int fd, const struct sockaddr *a
 	return sys()->connect(fd, a, l) == 0 ? 0 : -errno;
 }
 
+/* A non-blocking connect that failed after the application had EINPROGRESS:
+ * reported through SO_ERROR and readiness, as a failed kernel connect is. */
+static void sock_connect_failed(struct ffile *f, int err)
+{
+	struct fsock *sk = f->priv;
+	ferry_lock();
+	sk->state = FSOCK_FAILED;
+	sk->so_error = err;
+	ferry_unlock();
+	ffile_notify(f, EPOLLOUT | EPOLLERR | EPOLLHUP, EPOLLOUT | EPOLLERR | EPOLLHUP);
+}
+
 void sock_fallback_async(struct ffile *f)
 {
 	struct fsock *sk = f->priv;
@@ -61,13 +73,7 @@ void sock_fallback_async(struct ffile *f)
 	sock_kernel_own(f, fd);
 	int rc = sys()->connect(fd, (struct sockaddr *)&sk->dst, sk->dst_len);
 	if (rc != 0 && errno != EINPROGRESS) {
-		/* The application already has EINPROGRESS: report through
-		 * SO_ERROR and readiness, as a failed kernel connect would. */
-		ferry_lock();
-		sk->state = FSOCK_FAILED;
-		sk->so_error = errno;
-		ferry_unlock();
-		ffile_notify(f, EPOLLOUT | EPOLLERR | EPOLLHUP, EPOLLOUT | EPOLLERR | EPOLLHUP);
+		sock_connect_failed(f, errno);
 		return;
 	}
 	sock_handoff(f);
@@ -263,10 +269,17 @@ static void sock_connect_done(void *ctx, int ses)
 			rc = sock_open_stream(sk, use, &sk->src, sk->src_len);
 		}
 	}
-	if (live && rc != 0)
+	/* The handshake was called off because ferry is leaving (the exit
+	 * drain forgot the endpoint, or mgmt went): the connect goes with the
+	 * process, as one in SYN_SENT does. A kernel connect now would reach
+	 * the server for nobody, and no fallback took place. */
+	bool leaving = live && rc != 0 && ses == -ECANCELED;
+	if (live && rc != 0 && !leaving)
 		sk->state = FSOCK_NEW;
 	ferry_unlock();
-	if (live && rc != 0) {
+	if (leaving) {
+		sock_connect_failed(f, ECONNABORTED);
+	} else if (live && rc != 0) {
 		if (ses == -ETIMEDOUT || ses == -ECONNREFUSED)
 			peercache_set_plain((struct sockaddr *)&sk->dst, clock_now_ns());
 		count_fallback(ses < 0 ? ses : rc);

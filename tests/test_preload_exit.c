@@ -10,12 +10,15 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mgmt/mgmt.h"
 #include "preload/ferry.h"
 #include "preload_proc_util.h"
 #include "transport/stats.h"
@@ -109,4 +112,60 @@ Test(exit, bytes_written_before__exit_arrive_then_eof, .timeout = 30)
 Test(exit, bytes_written_before__Exit_arrive_then_eof, .timeout = 30)
 {
 	all_bytes_then_eof(LEAVE__EXIT_C99);
+}
+
+/* A connect still in its ferry handshake when the process leaves goes with
+ * the process, as a kernel connect in SYN_SENT does: the exit drain calls
+ * the handshake off (mgmt_forget_rpc, as here), and that is no fallback and
+ * no kernel connect made on the way out. The server is stopped, so its
+ * handshake cannot answer first. */
+Test(exit, a_connect_in_its_handshake_at_exit_is_no_fallback, .timeout = 30)
+{
+	env_udp();
+	/* The handshake ends only by being called off. */
+	setenv("FERRY_CONNECT_TIMEOUT_MS", "20000", 1);
+	int ready[2];
+	cr_assert_eq(pipe(ready), 0);
+	int probe = socket(AF_INET, SOCK_STREAM, 0); /* starts this process's ferry */
+	cr_assert_geq(probe, 0);
+	close(probe);
+	cr_assert_eq(ferry_state(), FERRY_ON);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(20);
+		struct sockaddr_in a;
+		int lis = loopback_listener(&a);
+		(void)lis;
+		if (write(ready[1], &a, sizeof(a)) != (ssize_t)sizeof(a))
+			_exit(2);
+		for (;;)
+			pause();
+	}
+	struct sockaddr_in a;
+	cr_assert_eq(read(ready[0], &a, sizeof(a)), (ssize_t)sizeof(a));
+	cr_assert_eq(kill(pid, SIGSTOP), 0);
+	int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	cr_assert_geq(c, 0);
+	cr_assert_eq(connect(c, (struct sockaddr *)&a, sizeof(a)), -1);
+	cr_assert_eq(errno, EINPROGRESS);
+	uint64_t fell = ferry_stats()->fallbacks;
+	/* The management thread takes the connect up first (a forget runs on
+	 * this thread at once). */
+	usleep(200 * 1000);
+	mgmt_forget_rpc(ferry.mgmt, ferry.rpc);
+	struct pollfd p = {.fd = c, .events = POLLOUT};
+	cr_assert_eq(poll(&p, 1, 10000), 1, "the called-off connect never ended");
+	int err = 0;
+	socklen_t el = sizeof(err);
+	cr_assert_eq(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el), 0);
+	cr_expect_eq(err, ECONNABORTED, "SO_ERROR %s", strerror(err));
+	cr_expect_eq(ferry_stats()->fallbacks, fell, "the called-off connect counted as a fallback");
+	struct sockaddr_in peer;
+	socklen_t pl = sizeof(peer);
+	cr_expect_neq(getpeername(c, (struct sockaddr *)&peer, &pl), 0,
+		      "the called-off connect reached the server through the kernel");
+	close(c);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
 }

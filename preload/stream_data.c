@@ -291,6 +291,19 @@ static size_t stream_send_in_answer(struct rpc *rpc, struct stream *s, const str
 	return len;
 }
 
+/*
+ * The bytes a DATA request carries when more follow: STREAM_DATA_MAX, less
+ * what would spill into a last, short packet. Requests of whole packets
+ * leave as one run of equal packets (one segmented send on udp), where a
+ * short tail cost a packet and a send of its own and broke the next run.
+ */
+static size_t stream_data_max(const struct rpc *rpc, const struct stream *s)
+{
+	size_t dpp = rpc_session_pkt_data(rpc, s->session);
+	size_t whole = (sizeof(struct wire_seg) + STREAM_DATA_MAX) / dpp * dpp;
+	return whole > sizeof(struct wire_seg) ? whole - sizeof(struct wire_seg) : STREAM_DATA_MAX;
+}
+
 ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt)
 {
 	if (s->state == STREAM_OPENING)
@@ -318,7 +331,7 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 		if (chunk > total - done)
 			chunk = total - done;
 		if (chunk > STREAM_DATA_MAX)
-			chunk = STREAM_DATA_MAX;
+			chunk = stream_data_max(rpc, s);
 		struct stream_tx *tx =
 			stream_tx_new(rpc, s, (uint32_t)(sizeof(struct wire_seg) + chunk));
 		if (!tx) {

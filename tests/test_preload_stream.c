@@ -20,6 +20,7 @@
 #include "preload/listener.h"
 #include "preload/phpool.h"
 #include "preload/stream.h"
+#include "preload/stream_wire.h"
 #include "rpc_pair.h"
 #include "transport/clock.h"
 #include "transport/sys.h"
@@ -336,6 +337,35 @@ static bool delivered_all(void *p)
 {
 	struct stream *s = p;
 	return s->tx_delivered == s->tx_seq;
+}
+
+/* The test nic's 4,096-byte packets carry 4,064 bytes each: a DATA
+ * request of 64 KB and its 32-byte header took 17 packets, the last one
+ * nearly empty. Requests of whole packets take 16. */
+Test(stream, a_long_write_goes_in_requests_of_whole_packets, .init = clean,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7008, &c, &s);
+	uint32_t dpp = rpc_session_pkt_data(P.a, P.sa);
+	cr_assert_eq(dpp, 4064, "the test nic's payload per packet");
+	size_t per_req = 16 * (size_t)dpp - sizeof(struct wire_seg);
+	size_t total = 4 * per_req;
+	uint8_t *out = malloc(total);
+	for (size_t i = 0; i < total; i++)
+		out[i] = pattern(i);
+	uint64_t pkts = P.st_a.pkts_tx, reqs = P.st_a.requests_tx;
+	struct iovec v = {out, total};
+	cr_assert_eq(stream_send(P.a, c, &v, 1), (ssize_t)total, "the window takes it all");
+	cr_assert(pump_until(delivered_all, c));
+	cr_assert_eq(P.st_a.requests_tx - reqs, 4, "DATA requests");
+	cr_assert_eq(P.st_a.pkts_tx - pkts, 4 * 16, "packets: 16 a request");
+	uint8_t *in = malloc(total);
+	struct iovec r = {in, total};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), (ssize_t)total);
+	cr_assert_arr_eq(in, out, total);
+	free(in);
+	free(out);
 }
 
 Test(stream, a_reply_rides_in_the_answer_to_its_request, .init = clean, .fini = close_endpoints,

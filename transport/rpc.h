@@ -163,6 +163,9 @@ void rpc_local_route(const struct rpc *rpc, struct nic_route *out);
 struct nic *rpc_nic(const struct rpc *rpc);
 /* Payload bytes per packet this endpoint can send and receive. */
 uint32_t rpc_max_pkt_data(const struct rpc *rpc);
+/* Payload bytes per packet on session (agreed with its peer), or
+ * rpc_max_pkt_data before it is connected. */
+uint32_t rpc_session_pkt_data(const struct rpc *rpc, int session);
 
 /* Writes the endpoint's sessions and slots, for diagnostics. */
 void rpc_dump(struct rpc *rpc, FILE *out);

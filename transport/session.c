@@ -210,6 +210,12 @@ bool rpc_session_is_up(const struct rpc *rpc, int num)
 	return s && s->state == SESSION_UP;
 }
 
+uint32_t rpc_session_pkt_data(const struct rpc *rpc, int num)
+{
+	struct session *s = session_get((struct rpc *)rpc, num);
+	return s && s->dpp ? s->dpp : rpc->max_dpp;
+}
+
 uint64_t rpc_session_token(const struct rpc *rpc, int num)
 {
 	struct session *s = session_get((struct rpc *)rpc, num);

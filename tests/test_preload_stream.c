@@ -227,7 +227,7 @@ Test(stream, the_window_holds_a_writer_back_and_reading_opens_it, .init = clean,
 {
 	struct stream *c, *s;
 	stream_pair(7001, &c, &s);
-	static uint8_t buf[1 << 20];
+	static uint8_t buf[4 << 20];
 	struct iovec v = {buf, sizeof(buf)};
 	ssize_t w = stream_send(P.a, c, &v, 1);
 	cr_assert_gt(w, 0);
@@ -251,7 +251,7 @@ Test(stream, a_stalled_stream_does_not_block_another, .init = clean, .fini = clo
 	struct stream *c1, *s1, *c2, *s2;
 	stream_pair(7002, &c1, &s1);
 	stream_pair(7003, &c2, &s2);
-	static uint8_t buf[1 << 20];
+	static uint8_t buf[4 << 20];
 	struct iovec v = {buf, sizeof(buf)};
 	cr_assert_gt(stream_send(P.a, c1, &v, 1), 0); /* s1 never reads */
 	struct xfer x = {.c = c2, .s = s2, .total = 1u << 20, .rnd = 3};

@@ -91,10 +91,10 @@ void ferry_stats_dump(void)
 		log_warn("FERRY_STATS=%s cannot be written: %s", ferry.cfg.stats_path, strerror(-rc));
 }
 
-/* Slots and credits per session direction when FERRY_SLOTS/FERRY_CREDITS
- * are unset: the most slots the transport takes, and two packets each. */
+/* Slots per session direction when FERRY_SLOTS is unset: the most the
+ * transport takes. Credits follow (ferry_session_credits): two packets a
+ * slot at least, more where packets are small. */
 #define FERRY_PRELOAD_SLOTS 64u
-#define FERRY_PRELOAD_CREDITS 128u
 
 /* How long exit may wait for written data to reach peers. */
 #define FERRY_EXIT_DRAIN_NS (2000ull * 1000000ull)
@@ -196,8 +196,6 @@ static bool ferry_read_config(void)
 	 * behind the first eight answers. The transport's most, unless set. */
 	if (!getenv("FERRY_SLOTS"))
 		ferry.cfg.session_slots = FERRY_PRELOAD_SLOTS;
-	if (!getenv("FERRY_CREDITS"))
-		ferry.cfg.session_credits = FERRY_PRELOAD_CREDITS;
 	return true;
 }
 

@@ -40,16 +40,20 @@ Test(config, defaults_without_environment)
 	cr_assert(preload_config_port_allowed(&pc, 6379));
 }
 
-/* Unset, credits keep FERRY_CREDIT_BYTES in flight, within eRPC's 32 and
- * FERRY_CREDITS' most; set, they are what was said. */
+/* Unset, credits keep FERRY_CREDIT_BYTES in flight, within two packets a
+ * slot (eRPC's 32 at least) and FERRY_CREDITS' most; set, they are what
+ * was said. */
 Test(config, credits_are_sized_by_bytes_unless_set)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);
-	cr_assert_eq(ferry_session_credits(&cfg, 1472), 183, "256 KiB of 1,440-byte packets");
-	cr_assert_eq(ferry_session_credits(&cfg, 4096), 65, "256 KiB of 4,064-byte packets");
+	cr_assert_eq(ferry_session_credits(&cfg, 1472), 729, "1 MiB of 1,440-byte packets");
+	cr_assert_eq(ferry_session_credits(&cfg, 4096), 259, "1 MiB of 4,064-byte packets");
 	cr_assert_eq(ferry_session_credits(&cfg, 65536), FERRY_CREDITS_MIN, "big packets: eRPC's 32");
 	cr_assert_eq(ferry_session_credits(&cfg, 64), FERRY_CREDITS_MAX);
+	cfg.session_slots = 64;
+	cr_assert_eq(ferry_session_credits(&cfg, 65536), 128, "two packets a slot at least");
+	cr_assert_eq(ferry_session_credits(&cfg, 1472), 729);
 	cfg.session_credits = 2;
 	cr_assert_eq(ferry_session_credits(&cfg, 1472), 2);
 }

@@ -553,8 +553,55 @@ Test(rpc_protocol, session_credits_are_sized_by_bytes, .timeout = 240)
 	cr_assert(rpc_session_next(h->p.a, &cursor, &si));
 	uint32_t dpp = rpc_max_pkt_data(h->p.a);
 	cr_assert_eq(dpp, 1500 - 32, "FERRY_MTU=1500");
-	cr_assert_eq(si.credits_max, 179, "256 KiB of 1,468-byte packets");
+	cr_assert_eq(si.credits_max, 715, "1 MiB of 1,468-byte packets");
 	bulk_echo(h, 20, 5);
+	teardown(h);
+}
+
+static uint32_t session_credits_max(struct rpc *rpc, int num)
+{
+	uint32_t cursor = (uint32_t)num;
+	struct rpc_session_info si;
+	cr_assert(rpc_session_next(rpc, &cursor, &si));
+	cr_assert_eq(si.num, num);
+	return si.credits_max;
+}
+
+/* A pair of sessions between the harness's endpoints whose peers agreed
+ * on dpp bytes a packet; returns the one on a. */
+static int connect_sessions(struct harness *h, uint64_t token, uint32_t dpp)
+{
+	int a = rpc_session_create(h->p.a, token), b = rpc_session_create(h->p.b, token);
+	cr_assert_geq(a, 0);
+	cr_assert_geq(b, 0);
+	struct nic_route ra, rb;
+	rpc_local_route(h->p.a, &ra);
+	rpc_local_route(h->p.b, &rb);
+	cr_assert_eq(rpc_session_connect(h->p.a, a, &rb, (uint16_t)b, dpp), 0);
+	cr_assert_eq(rpc_session_connect(h->p.b, b, &ra, (uint16_t)a, dpp), 0);
+	return a;
+}
+
+/* Credits count packets of the size a session's peers agreed on, not the
+ * nic's largest: udp's packets are 64 KB where a path's are 1,500 bytes,
+ * and credits for the former held a session to 32 packets in flight. A
+ * nic whose receive queue was sized for its credits caps them. */
+Test(rpc_protocol, session_credits_follow_the_agreed_packet_size, .timeout = 120)
+{
+	struct ferry_config cfg;
+	ferry_config_defaults(&cfg);
+	struct harness *h = setup("test", &cfg);
+	uint32_t nic_credits = ferry_session_credits(&cfg, 4096);
+	uint32_t path_credits = ferry_session_credits(&cfg, 1440 + PKTHDR_SIZE);
+	cr_assert_gt(path_credits, nic_credits);
+	cr_assert_eq(session_credits_max(h->p.a, h->p.sa), nic_credits, "the nic's packets");
+	int s = connect_sessions(h, 0xC4ED17, 1440);
+	cr_assert_eq(session_credits_max(h->p.a, s), path_credits, "1,440 bytes a packet");
+	h->p.sa = s; /* the echoes go on it: its send-time rings were made again */
+	bulk_echo(h, 20, 3);
+	rpc_nic(h->p.a)->max_session_credits = nic_credits + 1;
+	s = connect_sessions(h, 0xC4ED18, 1440);
+	cr_assert_eq(session_credits_max(h->p.a, s), nic_credits + 1, "the nic's cap");
 	teardown(h);
 }
 

@@ -44,7 +44,9 @@ unsigned ferry_session_credits(const struct ferry_config *cfg, uint32_t max_pkt_
 		return cfg->session_credits;
 	uint32_t data = max_pkt_size > PKTHDR_SIZE ? max_pkt_size - PKTHDR_SIZE : 1;
 	uint32_t n = (FERRY_CREDIT_BYTES + data - 1) / data;
-	return n < FERRY_CREDITS_MIN ? FERRY_CREDITS_MIN : n > FERRY_CREDITS_MAX ? FERRY_CREDITS_MAX : n;
+	uint32_t least = 2u * cfg->session_slots > FERRY_CREDITS_MIN ? 2u * cfg->session_slots
+								     : FERRY_CREDITS_MIN;
+	return n < least ? least : n > FERRY_CREDITS_MAX ? FERRY_CREDITS_MAX : n;
 }
 
 int ferry_config_refuse(char *err, size_t errlen, const char *name, const char *value,

@@ -115,6 +115,8 @@ struct nic {
 	uint32_t max_pkt_size;      /* bytes per packet on the wire, header included */
 	bool switched_fabric;       /* packets cross switches whose queues Timely's
 				       RTT signal measures (FERRY_CC=auto) */
+	uint32_t max_session_credits; /* 0, or the credits a session may have at
+					 most: its receive queue was sized for them */
 	struct ferry_stats *stats;  /* counters the nic may bump (drops, pkts) */
 };
 

@@ -340,6 +340,7 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 		ib_recycle(ib, ib_slot_pkt(ib, s));
 	}
 	ib->credits = ferry_session_credits(cfg, ib->base.max_pkt_size);
+	ib->base.max_session_credits = ib->credits;
 	ib_set_rq_need(ib);
 
 	errno = 0;

@@ -586,7 +586,7 @@ static int connect_sessions(struct harness *h, uint64_t token, uint32_t dpp)
  * nic's largest: udp's packets are 64 KB where a path's are 1,500 bytes,
  * and credits for the former held a session to 32 packets in flight. A
  * nic whose receive queue was sized for its credits caps them. */
-Test(rpc_protocol, session_credits_follow_the_agreed_packet_size, .timeout = 120)
+Test(rpc_protocol, session_credits_follow_the_agreed_packet_size, .timeout = 240)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);

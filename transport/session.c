@@ -69,23 +69,21 @@ static size_t tx_times_len(const struct session *s)
 }
 
 /*
- * One mapping for every slot's send times, credits entries a slot: a
- * slot's ring is faulted in only once the slot sends, so a process that
- * makes a session for one connection (a fork child) takes a page, not one
- * per slot (calloc from a thread's arena clears the whole block). Replaces
- * the session's rings (nothing is in flight yet) and sets credits_max.
+ * One mapping for every slot's send times, credits_max entries a slot,
+ * made once the session's credits are known (at connect; nothing is sent
+ * before): a slot's ring is faulted in only once the slot sends, so a
+ * process that makes a session for one connection (a fork child) takes a
+ * page, not one per slot (calloc from a thread's arena clears the whole
+ * block).
  */
-static int map_tx_times(struct session *s, uint32_t credits)
+static int map_tx_times(struct session *s)
 {
-	size_t len = (size_t)s->n_client_slots * credits * sizeof(uint64_t);
-	uint64_t *tx_ns = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t *tx_ns = mmap(NULL, tx_times_len(s), PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (tx_ns == MAP_FAILED)
 		return -ENOMEM;
-	if (s->n_client_slots && s->cslots[0].tx_ns)
-		munmap(s->cslots[0].tx_ns, tx_times_len(s));
-	s->credits_max = credits;
 	for (uint32_t i = 0; i < s->n_client_slots; i++)
-		s->cslots[i].tx_ns = tx_ns + (size_t)i * credits;
+		s->cslots[i].tx_ns = tx_ns + (size_t)i * s->credits_max;
 	return 0;
 }
 
@@ -159,10 +157,6 @@ int rpc_session_create(struct rpc *rpc, uint64_t token)
 		free(s);
 		return -ENOMEM;
 	}
-	if (map_tx_times(s, s->credits_max) != 0) {
-		session_free(rpc, s);
-		return -ENOMEM;
-	}
 	for (uint32_t i = 0; i < s->n_client_slots; i++)
 		s->cslots[i].req_num = i;
 	timely_init(&s->timely, rpc->cfg->link_gbps, clock_now_ns());
@@ -178,23 +172,22 @@ int rpc_session_connect(struct rpc *rpc, int num, const struct nic_route *route,
 		return -EINVAL;
 	if (dpp < RPC_MIN_PKT_DATA || dpp > rpc->max_dpp)
 		return -EINVAL;
+	/* Credits count packets of the size the peers agreed on: on udp the
+	 * nic's packets are 64 KB, a path's may be 1,500 bytes, and credits
+	 * for the former would hold a session to a fraction of
+	 * FERRY_CREDIT_BYTES in flight. A nic whose receive queue was sized
+	 * for its credits caps them. */
+	uint32_t credits = ferry_session_credits(rpc->cfg, dpp + PKTHDR_SIZE);
+	if (rpc->nic->max_session_credits && credits > rpc->nic->max_session_credits)
+		credits = rpc->nic->max_session_credits;
+	s->credits_max = credits;
+	if (map_tx_times(s) != 0)
+		return -ENOMEM;
 	int rc = nic_peer_create(rpc->nic, route, &s->peer);
 	if (rc)
 		return rc;
 	s->peer_num = peer_session;
 	s->dpp = dpp;
-	/* Credits count packets of the size the peers agreed on: on udp the
-	 * nic's packets are 64 KB, a path's may be 1,500 bytes, and credits
-	 * for the former would hold a session to a fraction of
-	 * FERRY_CREDIT_BYTES in flight. A nic whose receive queue was sized
-	 * for its credits caps them. A session that cannot map more rings
-	 * keeps the credits it has. */
-	uint32_t credits = ferry_session_credits(rpc->cfg, dpp + PKTHDR_SIZE);
-	if (rpc->nic->max_session_credits && credits > rpc->nic->max_session_credits)
-		credits = rpc->nic->max_session_credits;
-	if (credits > s->credits_max && map_tx_times(s, credits) != 0)
-		log_debug("session %d: keeps %u credits (no memory for %u)", num, s->credits_max,
-			  credits);
 	s->credits = s->credits_max;
 	s->state = SESSION_UP;
 	if (rpc->session_fn)

@@ -239,7 +239,7 @@ void stream_orphan(struct stream *s);
 /* A stream of this process by its id, with the peer's id and the session's
  * token it had, or NULL. */
 struct stream *stream_find(uint32_t sid, uint32_t peer_sid, uint64_t token);
-#define STREAM_WINDOW_MAX (1024u << 10)
+#define STREAM_WINDOW_MAX (512u << 10)
 
 /* Client streams a shared listener's process sent elsewhere, one at a
  * time with the list's reference (NULL when none); the caller gets a

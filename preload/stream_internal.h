@@ -19,7 +19,7 @@
 /* Receive window per stream, and the largest DATA request. A DATA request
  * this size is 45 packets at a 1,472-byte MTU: enough to amortise the
  * per-request cost, small enough that several fit the window at once. */
-#define STREAM_WINDOW (1024u << 10)
+#define STREAM_WINDOW (512u << 10)
 #define STREAM_DATA_MAX (64u << 10)
 #define SID_INDEX_BITS 20
 #define SID_INDEX_MASK ((1u << SID_INDEX_BITS) - 1)

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -203,8 +204,20 @@ static void transfer(uint64_t total)
 	x.in = malloc(1 << 17);
 	for (uint64_t i = 0; i < total; i++)
 		x.out[i] = pattern(i);
-	cr_assert(pump_until(step, &x), "all %llu bytes arrived (got %llu)",
-		  (unsigned long long)total, (unsigned long long)x.got);
+	if (!pump_until(step, &x)) {
+		/* What each side holds: a stall shows which end waits on what. */
+		fprintf(stderr, "sender: seq %llu acked %llu delivered %llu window %u inflight %u\n",
+			(unsigned long long)x.c->tx_seq, (unsigned long long)x.c->tx_acked,
+			(unsigned long long)x.c->tx_delivered, x.c->peer_window, x.c->inflight);
+		fprintf(stderr, "receiver: head %llu tail %llu holes %u advertised %llu held %d\n",
+			(unsigned long long)x.s->rx.head, (unsigned long long)x.s->rx.tail,
+			x.s->rx.nooo, (unsigned long long)x.s->rx_advertised, x.s->held != NULL);
+		rpc_dump(P.a, stderr);
+		rpc_dump(P.b, stderr);
+		cr_assert_fail("all %llu bytes arrived (got %llu, sent %llu)",
+			       (unsigned long long)total, (unsigned long long)x.got,
+			       (unsigned long long)x.sent);
+	}
 	cr_assert_not(x.corrupt, "bytes in order and intact");
 	free(x.out);
 	free(x.in);

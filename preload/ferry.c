@@ -70,13 +70,18 @@ void ferry_flush(void)
 {
 	if (ferry_state() != FERRY_ON || (!stream_tx_deferred() && !stream_held_pending()))
 		return;
+	ferry_lock();
+	ferry_flush_locked();
+	ferry_unlock();
+}
+
+void ferry_flush_locked(void)
+{
 	/* Transmit only: the wait that follows receives. Answers the
 	 * application did not fill with a reply go now, plainly. */
-	ferry_lock();
 	stream_release_held(ferry.rpc);
 	stream_tx_deferred_clear();
 	rpc_flush(ferry.rpc);
-	ferry_unlock();
 }
 
 void ferry_stats_dump(void)

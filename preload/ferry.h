@@ -68,6 +68,8 @@ void ferry_unlock(void);
 
 /* Sends DATA the application queued since its last wait (one batch). */
 void ferry_flush(void);
+/* The same, under ferry_lock. */
+void ferry_flush_locked(void);
 
 /* Marks the fork child's state (fork.c). */
 void ferry_forked_child(void);

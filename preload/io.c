@@ -164,6 +164,11 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 		if (n == 0) {
 			n = io_step(s, &cur, send, sflags);
 			if (n == -EAGAIN) {
+				/* A blocking call waits next, and that wait sends
+				 * what this thread queued (its last reply) first:
+				 * sent now, it need not wait behind the poll. */
+				if (!nonblock && (stream_tx_deferred() || stream_held_pending()))
+					ferry_flush_locked();
 				stream_run_once(ferry.rpc);
 				n = io_step(s, &cur, send, sflags);
 			}

@@ -66,9 +66,14 @@ void ferry_unlock(void)
 	ferry_internal_leave();
 }
 
+static bool ferry_flush_due(void)
+{
+	return stream_tx_deferred() || stream_held_pending();
+}
+
 void ferry_flush(void)
 {
-	if (ferry_state() != FERRY_ON || (!stream_tx_deferred() && !stream_held_pending()))
+	if (ferry_state() != FERRY_ON || !ferry_flush_due())
 		return;
 	ferry_lock();
 	ferry_flush_locked();
@@ -77,6 +82,8 @@ void ferry_flush(void)
 
 void ferry_flush_locked(void)
 {
+	if (!ferry_flush_due())
+		return;
 	/* Transmit only: the wait that follows receives. Answers the
 	 * application did not fill with a reply go now, plainly. */
 	stream_release_held(ferry.rpc);

@@ -68,7 +68,7 @@ void ferry_unlock(void);
 
 /* Sends DATA the application queued since its last wait (one batch). */
 void ferry_flush(void);
-/* The same, under ferry_lock. */
+/* The same, under ferry_lock; nothing when nothing is queued. */
 void ferry_flush_locked(void);
 
 /* Marks the fork child's state (fork.c). */

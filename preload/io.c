@@ -167,7 +167,7 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 				/* A blocking call waits next, and that wait sends
 				 * what this thread queued (its last reply) first:
 				 * sent now, it need not wait behind the poll. */
-				if (!nonblock && (stream_tx_deferred() || stream_held_pending()))
+				if (!nonblock)
 					ferry_flush_locked();
 				stream_run_once(ferry.rpc);
 				n = io_step(s, &cur, send, sflags);

@@ -597,7 +597,7 @@ Test(rpc_protocol, session_credits_follow_the_agreed_packet_size, .timeout = 240
 	cr_assert_eq(session_credits_max(h->p.a, h->p.sa), nic_credits, "the nic's packets");
 	int s = connect_sessions(h, 0xC4ED17, 1440);
 	cr_assert_eq(session_credits_max(h->p.a, s), path_credits, "1,440 bytes a packet");
-	h->p.sa = s; /* the echoes go on it: its send-time rings were made again */
+	h->p.sa = s; /* the echoes go on it, over its rings sized at connect */
 	bulk_echo(h, 20, 3);
 	rpc_nic(h->p.a)->max_session_credits = nic_credits + 1;
 	s = connect_sessions(h, 0xC4ED18, 1440);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "mgmt/mgmt_internal.h"
@@ -411,6 +412,7 @@ static void *mgmt_main(void *arg)
 {
 	struct mgmt *m = arg;
 	mgmt_self = m;
+	prctl(PR_SET_NAME, "ferry-mgmt");
 	for (;;) {
 		thread_pause_point(&m->pause);
 		pthread_mutex_lock(&m->state);

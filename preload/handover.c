@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -333,6 +334,7 @@ static void *ho_main(void *arg)
 {
 	(void)arg;
 	ferry_internal_enter();
+	prctl(PR_SET_NAME, "ferry-handover");
 	for (;;) {
 		thread_pause_point(&ho_pause);
 		/* Children's exits are seen through their pidfds; passed sockets'

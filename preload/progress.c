@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "preload/ferry.h"
@@ -137,6 +138,7 @@ static void *progress_main(void *arg)
 	struct rpc *rpc = arg;
 	const struct sys_fns *c = sys();
 	ferry_internal_enter(); /* everything this thread does is ferry's own */
+	prctl(PR_SET_NAME, "ferry-progress");
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);

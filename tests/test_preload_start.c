@@ -159,6 +159,44 @@ Test(start, a_stream_is_carried_end_to_end, .timeout = 30)
 	close(lis);
 }
 
+/* Whether a thread of this process is called name (top -H, ps -L). */
+static bool thread_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	cr_assert(d);
+	bool found = false;
+	struct dirent *e;
+	while (!found && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char path[300], comm[32] = "";
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		found = strcmp(comm, name) == 0;
+	}
+	closedir(d);
+	return found;
+}
+
+Test(start, ferrys_threads_say_what_they_are, .timeout = 30)
+{
+	cr_assert_not(thread_named("ferry-progress"), "named before ferry started");
+	env_udp();
+	int cli, srv, lis;
+	stream_pair(&cli, &srv, &lis);
+	cr_assert_eq(ferry_state(), FERRY_ON);
+	cr_assert(thread_named("ferry-progress"));
+	cr_assert(thread_named("ferry-mgmt"));
+	close(cli);
+	close(srv);
+	close(lis);
+}
+
 static void write_file(const char *path, const char *text)
 {
 	int fd = open(path, O_WRONLY);

@@ -24,6 +24,7 @@
 #include "transport/log.h"
 #include "transport/rpc.h"
 #include "transport/sys.h"
+#include "transport/txdefer.h"
 
 struct ferry_proc ferry;
 
@@ -45,8 +46,10 @@ struct ferry_stats *ferry_stats(void)
 void ferry_lock(void)
 {
 	ferry_internal_enter();
-	if (ferry_lock_depth++ == 0)
+	if (ferry_lock_depth++ == 0) {
+		txdefer_begin(); /* what the call sends leaves after the unlock */
 		rpc_lock(ferry.rpc);
+	}
 }
 
 void ferry_unlock(void)
@@ -60,6 +63,7 @@ void ferry_unlock(void)
 	}
 	if (--ferry_lock_depth == 0) {
 		rpc_unlock(ferry.rpc);
+		txdefer_end();
 		if (stream_tx_deferred())
 			progress_note_deferred();
 	}

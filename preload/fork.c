@@ -35,6 +35,7 @@
 #include "transport/nic.h"
 #include "transport/rpc.h"
 #include "transport/sys.h"
+#include "transport/txdefer.h"
 
 /* The parent's pid, as the child's pass needs it. */
 static pid_t fork_parent;
@@ -134,6 +135,7 @@ FERRY_EXPORT pid_t fork(void)
 	}
 	/* The child: the endpoint lock stays taken forever (nothing may use
 	 * the endpoint here), and this thread is the only one. */
+	txdefer_fork_child(); /* first: nothing the parent staged is ours */
 	handover_fork_child_begin();
 	statmap_fork_child();
 	passfd_fork_child();

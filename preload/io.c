@@ -21,6 +21,7 @@
 #include "preload/wait.h"
 #include "transport/rpc.h"
 #include "transport/sys.h"
+#include "transport/txdefer.h"
 
 #define IO_IOV_STACK 16
 #define IO_BOUNCE (64u << 10)
@@ -167,8 +168,10 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 				/* A blocking call waits next, and that wait sends
 				 * what this thread queued (its last reply) first:
 				 * sent now, it need not wait behind the poll. */
-				if (!nonblock)
+				if (!nonblock) {
 					ferry_flush_locked();
+					txdefer_flush();
+				}
 				stream_run_once(ferry.rpc);
 				n = io_step(s, &cur, send, sflags);
 			}

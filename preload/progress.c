@@ -25,6 +25,7 @@
 #include "transport/rpc.h"
 #include "transport/sys.h"
 #include "transport/thread_pause.h"
+#include "transport/txdefer.h"
 
 static struct rpc *pg_rpc;
 static int pg_efd = -1;
@@ -41,6 +42,7 @@ static unsigned progress_run(void)
 	struct rpc *rpc = pg_rpc;
 	if (!rpc || !rpc_trylock(rpc))
 		return 0;
+	txdefer_begin();
 	ferry_internal_enter();
 	stream_tx_deferred_clear();
 	unsigned n = stream_run_once(rpc);
@@ -49,6 +51,7 @@ static unsigned progress_run(void)
 	uint64_t now = rpc_pass_clock(rpc);
 	ferry_internal_leave();
 	rpc_unlock(rpc);
+	txdefer_end();
 	__atomic_store_n(&pg_last_run, now, __ATOMIC_RELAXED);
 	return n;
 }

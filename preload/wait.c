@@ -16,6 +16,7 @@
 #include "preload/fdtable.h"
 #include "transport/clock.h"
 #include "transport/sys.h"
+#include "transport/txdefer.h"
 
 static __thread struct waiter *wait_tls __attribute__((tls_model("initial-exec")));
 static pthread_key_t wait_key;
@@ -29,6 +30,7 @@ static void wait_destroy(void *p)
 	struct waiter *w = p;
 	if (w->nic.kept)
 		wait_nic_unkeep();
+	txdefer_quiesce(); /* a wake-up of this thread may wait to be written */
 	sys()->close(w->efd);
 	if (w->epfd >= 0)
 		sys()->close(w->epfd);
@@ -181,6 +183,9 @@ void wait_wake(struct waiter *w)
 	if (w == wait_tls)
 		return;
 	if (__atomic_exchange_n(&w->signaled, 1, __ATOMIC_ACQ_REL))
+		return;
+	/* After the endpoint lock, if this thread holds it (txdefer.h). */
+	if (txdefer_add_write(w->efd, 1))
 		return;
 	uint64_t one = 1;
 	ssize_t r = sys()->write(w->efd, &one, sizeof(one));

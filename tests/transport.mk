@@ -84,3 +84,8 @@ EXTRA_DIST += tests/test_netns_two_hosts.sh tests/test_netns_trust.sh tests/test
 # (nm -u of libferry_core against preload/libferry.map).
 TESTS += tests/test_layering.sh
 EXTRA_DIST += tests/test_layering.sh
+check_PROGRAMS += tests/test_txdefer
+TESTS += tests/test_txdefer
+tests_test_txdefer_SOURCES = tests/test_txdefer.c
+tests_test_txdefer_CFLAGS = $(TEST_CFLAGS)
+tests_test_txdefer_LDADD = $(TEST_LDADD)

@@ -24,6 +24,7 @@
 #include "transport/pkthdr.h"
 #include "transport/stats.h"
 #include "transport/sys.h"
+#include "transport/txdefer.h"
 #include "transport/udp_bind.h"
 
 /*
@@ -186,6 +187,14 @@ static void nic_udp_report_failure(const struct nic_peer *peer, int err)
 		       strerror(err));
 }
 
+static size_t udp_msg_len(const struct msghdr *h)
+{
+	size_t len = 0;
+	for (size_t i = 0; i < h->msg_iovlen; i++)
+		len += h->msg_iov[i].iov_len;
+	return len;
+}
+
 /* Sends pkts[0..k) (k <= NIC_UDP_BATCH); returns how many packets the caller
  * may count as accepted. */
 static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts, unsigned k,
@@ -195,6 +204,17 @@ static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts,
 	unsigned done = 0, accepted = 0;
 	while (done < m) {
 		int fd = u->tx_fd[done];
+		const struct msghdr *h = &u->tx_msgs[done].msg_hdr;
+		/* A small datagram waits for the endpoint lock to be let go
+		 * (txdefer.h); a segmented one is sent now, where a refusal of
+		 * segmentation can still be answered. */
+		if (!h->msg_controllen &&
+		    txdefer_add(fd, h->msg_name, h->msg_namelen, h->msg_iov, h->msg_iovlen,
+				udp_msg_len(h), &u->tx_failures, u->tx_pkts[done])) {
+			accepted += u->tx_pkts[done++];
+			continue;
+		}
+		txdefer_flush(); /* what is staged leaves first */
 		unsigned run = 1;
 		while (done + run < m && u->tx_fd[done + run] == fd)
 			run++;
@@ -230,7 +250,7 @@ static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts,
 		 * one bad peer stall every packet behind it, so the datagram is
 		 * lost as if on the wire and the burst goes on.
 		 */
-		u->tx_failures += u->tx_pkts[done];
+		__atomic_add_fetch(&u->tx_failures, u->tx_pkts[done], __ATOMIC_RELAXED);
 		/* A refusal is an earlier datagram's ICMP answer: the peer's
 		 * port has gone, which mgmt reports as the peer's death. It must
 		 * not use up the one warning a real failure gets. */
@@ -252,7 +272,7 @@ static unsigned nic_udp_tx_burst(struct nic *nic, const struct nic_tx *pkts, uns
 		bool full = false;
 		sent += nic_udp_send_chunk(u, pkts + sent, k, &full);
 		if (full) {
-			u->tx_failures += n - sent;
+			__atomic_add_fetch(&u->tx_failures, n - sent, __ATOMIC_RELAXED);
 			log_debug("udp: socket full, %u of %u packets not sent", n - sent, n);
 			break;
 		}
@@ -621,6 +641,7 @@ static int nic_udp_hide_fd(int fd)
 
 static void nic_udp_peer_fd_close(int fd)
 {
+	txdefer_quiesce();
 	sys()->close(fd);
 	__atomic_sub_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED);
 }
@@ -741,6 +762,7 @@ static void nic_udp_route_format(const struct nic_route *route, char *buf, size_
 
 static void nic_udp_free(struct nic_udp *u)
 {
+	txdefer_quiesce(); /* staged datagrams use u->fd and count into u */
 	if (u->fd >= 0)
 		sys()->close(u->fd);
 	if (u->bufs)
@@ -955,5 +977,5 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 
 uint64_t nic_udp_tx_failures(const struct nic *nic)
 {
-	return nic_udp_of_const(nic)->tx_failures;
+	return __atomic_load_n(&nic_udp_of_const(nic)->tx_failures, __ATOMIC_RELAXED);
 }

@@ -13,6 +13,7 @@
 #include "compat/softib/softib_int.h"
 #include "transport/config.h"
 #include "transport/sys.h"
+#include "transport/txdefer.h"
 
 /* The device list holds one device, for the fabric the caller names. */
 static struct ibv_device **sib_get_device_list(const struct ferry_config *cfg, int *num)
@@ -109,6 +110,7 @@ static struct ibv_context *sib_open_device(struct ibv_device *dev)
 static int sib_close_device(struct ibv_context *ctx)
 {
 	struct sib_context *c = sib_ctx(ctx);
+	txdefer_quiesce(); /* staged wake-ups go out on wake_sock */
 	sib_peer_maps_free(c);
 	for (unsigned i = 0; i < SIB_MAX_MR; i++)
 		free(c->mrs[i]);

@@ -18,6 +18,7 @@
 #include "compat/softib/softib_int.h"
 #include "transport/procinfo.h"
 #include "transport/sys.h"
+#include "transport/txdefer.h"
 
 int sib_dir_path(char *buf, size_t cap)
 {
@@ -531,6 +532,10 @@ static void sib_wake(struct sib_context *c, struct sib_qp_shm *q)
 	memcpy(a.sun_path, q->wake_path, sizeof(a.sun_path));
 	a.sun_path[sizeof(a.sun_path) - 1] = '\0';
 	uint64_t cookie = q->wake_cookie;
+	/* After the endpoint lock, if the caller holds one (txdefer.h). */
+	struct iovec v = {.iov_base = &cookie, .iov_len = sizeof(cookie)};
+	if (txdefer_add(c->wake_sock, (struct sockaddr *)&a, sizeof(a), &v, 1, sizeof(cookie), NULL, 0))
+		return;
 	/* A full socket already holds a wake-up; a gone one has no reader. */
 	(void)sys()->sendto(c->wake_sock, &cookie, sizeof(cookie), MSG_DONTWAIT, (struct sockaddr *)&a,
 		     sizeof(a));

@@ -1,0 +1,232 @@
+/* Datagrams sent after the endpoint lock is let go: see txdefer.h. */
+#include "autoconfig.h"
+
+#include "transport/txdefer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/clock.h"
+#include "transport/log.h"
+#include "transport/sys.h"
+
+struct txdefer_dgram {
+	int fd;
+	bool is_write; /* an eventfd's count: write(), not a send */
+	socklen_t tolen;
+	uint32_t len;
+	uint32_t weight;
+	uint64_t *failures;
+	struct sockaddr_storage to;
+	uint8_t data[TXDEFER_BYTES];
+};
+
+struct txdefer_queue {
+	unsigned n;
+	struct txdefer_dgram d[TXDEFER_MAX];
+};
+
+static __thread int txdefer_depth __attribute__((tls_model("initial-exec")));
+static __thread struct txdefer_queue *txdefer_q __attribute__((tls_model("initial-exec")));
+/* Threads with datagrams staged (atomic). */
+static unsigned txdefer_staging;
+static pthread_key_t txdefer_key;
+static pthread_once_t txdefer_once = PTHREAD_ONCE_INIT;
+static bool txdefer_key_ok;
+
+static void txdefer_queue_free(void *q)
+{
+	/* Other keys' destructors (the waiter's) may still quiesce. */
+	txdefer_q = NULL;
+	free(q);
+}
+
+static void txdefer_key_make(void)
+{
+	txdefer_key_ok = pthread_key_create(&txdefer_key, txdefer_queue_free) == 0;
+}
+
+static struct txdefer_queue *txdefer_queue(void)
+{
+	if (txdefer_q)
+		return txdefer_q;
+	pthread_once(&txdefer_once, txdefer_key_make);
+	if (!txdefer_key_ok)
+		return NULL;
+	struct txdefer_queue *q = malloc(sizeof(*q));
+	if (!q)
+		return NULL;
+	q->n = 0;
+	if (pthread_setspecific(txdefer_key, q) != 0) {
+		free(q);
+		return NULL;
+	}
+	txdefer_q = q;
+	return q;
+}
+
+static void txdefer_fail(struct txdefer_dgram *d)
+{
+	if (d->failures)
+		__atomic_add_fetch(d->failures, d->weight, __ATOMIC_RELAXED);
+}
+
+/* Sends the thread's staged datagrams, runs of one fd in one system call. */
+static void txdefer_send_staged(struct txdefer_queue *q)
+{
+	int cancel;
+	/* A cancellation inside sendmmsg would leave txdefer_staging counting
+	 * this thread for ever, and txdefer_quiesce waiting on it. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	struct mmsghdr m[TXDEFER_MAX];
+	struct iovec v[TXDEFER_MAX];
+	unsigned i = 0;
+	while (i < q->n) {
+		if (q->d[i].is_write) {
+			ssize_t w = sys()->write(q->d[i].fd, q->d[i].data, q->d[i].len);
+			if (w < 0 && errno == EINTR)
+				continue;
+			i++; /* a full eventfd counts already, enough to wake */
+			continue;
+		}
+		unsigned run = 0;
+		while (i + run < q->n && q->d[i + run].fd == q->d[i].fd && !q->d[i + run].is_write) {
+			struct txdefer_dgram *d = &q->d[i + run];
+			v[run] = (struct iovec){.iov_base = d->data, .iov_len = d->len};
+			m[run].msg_hdr = (struct msghdr){.msg_name = d->tolen ? &d->to : NULL,
+							 .msg_namelen = d->tolen,
+							 .msg_iov = &v[run],
+							 .msg_iovlen = 1};
+			run++;
+		}
+		int r;
+		if (run == 1)
+			r = sys()->sendmsg(q->d[i].fd, &m[0].msg_hdr, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0
+				    ? 1
+				    : -1;
+		else
+			r = sys()->sendmmsg(q->d[i].fd, m, run, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			/* Lost as on a wire: go-back-N sends it again. */
+			txdefer_fail(&q->d[i]);
+			i++;
+			continue;
+		}
+		i += (unsigned)r;
+	}
+	q->n = 0;
+	__atomic_sub_fetch(&txdefer_staging, 1, __ATOMIC_RELEASE);
+	pthread_setcancelstate(cancel, NULL);
+}
+
+void txdefer_begin(void)
+{
+	txdefer_depth++;
+}
+
+void txdefer_end(void)
+{
+	if (--txdefer_depth > 0)
+		return;
+	struct txdefer_queue *q = txdefer_q;
+	if (q && q->n)
+		txdefer_send_staged(q);
+}
+
+bool txdefer_add(int fd, const struct sockaddr *to, socklen_t tolen, const struct iovec *iov,
+		 size_t iovcnt, size_t len, uint64_t *failures, uint32_t weight)
+{
+	if (txdefer_depth <= 0)
+		return false;
+	struct txdefer_queue *q = txdefer_queue();
+	if (!q)
+		return false;
+	if (q->n == TXDEFER_MAX || len > TXDEFER_BYTES || tolen > sizeof(struct sockaddr_storage)) {
+		/* The caller sends this one now: what is staged leaves first, so
+		 * the order on the wire holds. */
+		if (q->n)
+			txdefer_send_staged(q);
+		return false;
+	}
+	struct txdefer_dgram *d = &q->d[q->n];
+	size_t off = 0;
+	for (size_t i = 0; i < iovcnt && off < len; i++) {
+		size_t k = iov[i].iov_len < len - off ? iov[i].iov_len : len - off;
+		memcpy(d->data + off, iov[i].iov_base, k);
+		off += k;
+	}
+	d->fd = fd;
+	d->is_write = false;
+	d->len = (uint32_t)off;
+	d->weight = weight;
+	d->failures = failures;
+	d->tolen = to ? tolen : 0;
+	if (d->tolen)
+		memcpy(&d->to, to, tolen);
+	if (q->n++ == 0)
+		__atomic_add_fetch(&txdefer_staging, 1, __ATOMIC_ACQ_REL);
+	return true;
+}
+
+bool txdefer_add_write(int fd, uint64_t value)
+{
+	if (txdefer_depth <= 0)
+		return false;
+	struct txdefer_queue *q = txdefer_queue();
+	if (!q)
+		return false;
+	if (q->n == TXDEFER_MAX) {
+		txdefer_send_staged(q);
+		return false;
+	}
+	struct txdefer_dgram *d = &q->d[q->n];
+	d->fd = fd;
+	d->is_write = true;
+	d->len = sizeof(value);
+	memcpy(d->data, &value, sizeof(value));
+	d->failures = NULL;
+	d->weight = 0;
+	d->tolen = 0;
+	if (q->n++ == 0)
+		__atomic_add_fetch(&txdefer_staging, 1, __ATOMIC_ACQ_REL);
+	return true;
+}
+
+void txdefer_flush(void)
+{
+	struct txdefer_queue *q = txdefer_q;
+	if (q && q->n)
+		txdefer_send_staged(q);
+}
+
+void txdefer_quiesce(void)
+{
+	txdefer_flush();
+	/* Another thread's datagrams leave right after it lets its lock go: a
+	 * few microseconds, or its time off the CPU. One that never sends them
+	 * is stuck for good; its datagrams are then dropped with the fd. */
+	uint64_t end = 0;
+	while (__atomic_load_n(&txdefer_staging, __ATOMIC_ACQUIRE) > 0) {
+		uint64_t now = clock_now_ns();
+		if (!end)
+			end = now + 1000000000ull;
+		else if (now > end) {
+			log_warn("txdefer: a thread kept datagrams unsent for 1 s; closing anyway");
+			return;
+		}
+		sched_yield();
+	}
+}
+
+void txdefer_fork_child(void)
+{
+	__atomic_store_n(&txdefer_staging, 0, __ATOMIC_RELAXED);
+	if (txdefer_q)
+		txdefer_q->n = 0;
+	txdefer_depth = 0;
+}

@@ -11,8 +11,9 @@
 # counters: a run that the kernel carried instead is marked "FALLBACK".
 #
 # Then the process models (--no-apps skips them): nginx with 2 workers under
-# wrk -c 50 (1 KB GET), and postgres under pgbench -S -c 8 and -S -C (a new
-# connection and backend per transaction), every program preloaded in turn.
+# wrk -c 50 (1 KB GET), and postgres under pgbench -S -c 8 (with one client
+# thread and with two) and -S -C (a new connection and backend per
+# transaction), every program preloaded in turn.
 #
 # Usage: bench/compare.sh [-B BUILDDIR] [-t "udp softib"] [-n REQUESTS] [--no-strace] [--no-apps]
 #   BUILDDIR   a configured and built tree (default: the current directory)
@@ -286,7 +287,9 @@ if [ "$use_apps" = yes ]; then
 		if [ -n "$pg_bin" ] && command -v pgbench >/dev/null && id postgres >/dev/null 2>&1 &&
 			pg_start "$mode"; then
 			echo "measuring postgres over $mode ..." >&2
-			for cfg in "S_c8:-S -c 8 -j 2 -T 5" "S_C:-S -C -c 4 -j 2 -T 5"; do
+			# -j 1 is pgbench's own default (one client thread); -j 2
+			# puts two client threads on one ferry endpoint.
+			for cfg in "S_c8j1:-S -c 8 -T 5" "S_c8:-S -c 8 -j 2 -T 5" "S_C:-S -C -c 4 -j 2 -T 5"; do
 				: >"$work/runs"
 				marks=
 				r=0
@@ -353,7 +356,8 @@ END {
 	for (a = 1; a <= napps; a++) {
 		k = apps[a]
 		lbl = k == "nginx_wrk_c50" ? "nginx, 2 workers, wrk -c 50 (req/s)" : \
-		      k == "pgbench_S_c8" ? "postgres, pgbench -S -c 8 (tps)" : \
+		      k == "pgbench_S_c8j1" ? "postgres, pgbench -S -c 8 -j 1 (tps)" : \
+		      k == "pgbench_S_c8" ? "postgres, pgbench -S -c 8 -j 2 (tps)" : \
 		      k == "pgbench_S_C" ? "postgres, pgbench -S -C (tps)" : k
 		line = "| " lbl " | " rps["kernel", k]
 		for (i = 2; i <= nm; i++)
@@ -386,7 +390,9 @@ END {
 			target(t, "nginx wrk -c 50 at least " (t == "udp" ? "1.3x" : "2x") " kernel",
 			       rps[t, "nginx_wrk_c50"] >= (t == "udp" ? 1.3 : 2) * rps["kernel", "nginx_wrk_c50"])
 		if (rps["kernel", "pgbench_S_c8"] > 0) {
-			target(t, "pgbench -S -c 8 at least 1.3x kernel",
+			target(t, "pgbench -S -c 8 -j 1 at least 1.3x kernel",
+			       rps[t, "pgbench_S_c8j1"] >= 1.3 * rps["kernel", "pgbench_S_c8j1"])
+			target(t, "pgbench -S -c 8 -j 2 at least 1.3x kernel",
 			       rps[t, "pgbench_S_c8"] >= 1.3 * rps["kernel", "pgbench_S_c8"])
 			target(t, "pgbench -S -C at least kernel",
 			       rps[t, "pgbench_S_C"] >= rps["kernel", "pgbench_S_C"])

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "transport/clock.h"
+#include "transport/cpu_relax.h"
 #include "transport/log.h"
 #include "transport/rpc_internal.h"
 
@@ -93,15 +94,6 @@ void rpc_destroy(struct rpc *rpc)
 /* A wait for the endpoint lock spins this many turns before it sleeps. */
 #define RPC_LOCK_SPINS 128
 
-static inline void rpc_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 /*
  * Threads of one process share the endpoint, and each socket call takes
  * its lock for a few hundred nanoseconds. A waiter that went straight to
@@ -115,7 +107,7 @@ void rpc_lock(struct rpc *rpc)
 	for (int i = 0; i < RPC_LOCK_SPINS; i++) {
 		if (pthread_mutex_trylock(&rpc->lock) == 0)
 			return;
-		rpc_cpu_relax();
+		cpu_relax();
 	}
 	pthread_mutex_lock(&rpc->lock);
 }

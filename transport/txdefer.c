@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "transport/clock.h"
+#include "transport/cpu_relax.h"
 #include "transport/log.h"
 #include "transport/sys.h"
 
@@ -28,6 +29,9 @@ struct txdefer_queue {
 	unsigned n;
 	struct txdefer_dgram d[TXDEFER_MAX];
 };
+
+/* Looks at other threads' staging before txdefer_quiesce yields the CPU. */
+#define TXDEFER_QUIESCE_SPINS 1024
 
 static __thread int txdefer_depth __attribute__((tls_model("initial-exec")));
 static __thread struct txdefer_queue *txdefer_q __attribute__((tls_model("initial-exec")));
@@ -208,8 +212,15 @@ void txdefer_quiesce(void)
 {
 	txdefer_flush();
 	/* Another thread's datagrams leave right after it lets its lock go: a
-	 * few microseconds, or its time off the CPU. One that never sends them
-	 * is stuck for good; its datagrams are then dropped with the fd. */
+	 * few microseconds (spun out here; a yield per look cost a fork-per-
+	 * connection server's management thread 20 us a session), or its time
+	 * off the CPU. One that never sends them is stuck for good; its
+	 * datagrams are then dropped with the fd. */
+	for (int i = 0; i < TXDEFER_QUIESCE_SPINS; i++) {
+		if (__atomic_load_n(&txdefer_staging, __ATOMIC_ACQUIRE) == 0)
+			return;
+		cpu_relax();
+	}
 	uint64_t end = 0;
 	while (__atomic_load_n(&txdefer_staging, __ATOMIC_ACQUIRE) > 0) {
 		uint64_t now = clock_now_ns();

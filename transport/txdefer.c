@@ -26,6 +26,8 @@ struct txdefer_dgram {
 };
 
 struct txdefer_queue {
+	struct txdefer_queue *next, *prev; /* every thread's, under txdefer_reg_lock */
+	int staged; /* atomic: datagrams wait here (other threads' quiesce reads it) */
 	unsigned n;
 	struct txdefer_dgram d[TXDEFER_MAX];
 };
@@ -35,16 +37,29 @@ struct txdefer_queue {
 
 static __thread int txdefer_depth __attribute__((tls_model("initial-exec")));
 static __thread struct txdefer_queue *txdefer_q __attribute__((tls_model("initial-exec")));
-/* Threads with datagrams staged (atomic). */
-static unsigned txdefer_staging;
+/* Each thread marks its own queue rather than a shared count, whose cache
+ * line would bounce between the threads at every send. */
+static pthread_mutex_t txdefer_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct txdefer_queue *txdefer_reg;
 static pthread_key_t txdefer_key;
 static pthread_once_t txdefer_once = PTHREAD_ONCE_INIT;
 static bool txdefer_key_ok;
 
-static void txdefer_queue_free(void *q)
+static void txdefer_queue_free(void *p)
 {
+	struct txdefer_queue *q = p;
 	/* Other keys' destructors (the waiter's) may still quiesce. */
 	txdefer_q = NULL;
+	/* A thread cancelled inside its flush leaves nothing to wait for. */
+	__atomic_store_n(&q->staged, 0, __ATOMIC_SEQ_CST);
+	pthread_mutex_lock(&txdefer_reg_lock);
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		txdefer_reg = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	pthread_mutex_unlock(&txdefer_reg_lock);
 	free(q);
 }
 
@@ -64,10 +79,18 @@ static struct txdefer_queue *txdefer_queue(void)
 	if (!q)
 		return NULL;
 	q->n = 0;
+	q->staged = 0;
 	if (pthread_setspecific(txdefer_key, q) != 0) {
 		free(q);
 		return NULL;
 	}
+	pthread_mutex_lock(&txdefer_reg_lock);
+	q->prev = NULL;
+	q->next = txdefer_reg;
+	if (txdefer_reg)
+		txdefer_reg->prev = q;
+	txdefer_reg = q;
+	pthread_mutex_unlock(&txdefer_reg_lock);
 	txdefer_q = q;
 	return q;
 }
@@ -81,10 +104,6 @@ static void txdefer_fail(struct txdefer_dgram *d)
 /* Sends the thread's staged datagrams, runs of one fd in one system call. */
 static void txdefer_send_staged(struct txdefer_queue *q)
 {
-	int cancel;
-	/* A cancellation inside sendmmsg would leave txdefer_staging counting
-	 * this thread for ever, and txdefer_quiesce waiting on it. */
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	struct mmsghdr m[TXDEFER_MAX];
 	struct iovec v[TXDEFER_MAX];
 	unsigned i = 0;
@@ -124,8 +143,7 @@ static void txdefer_send_staged(struct txdefer_queue *q)
 		i += (unsigned)r;
 	}
 	q->n = 0;
-	__atomic_sub_fetch(&txdefer_staging, 1, __ATOMIC_RELEASE);
-	pthread_setcancelstate(cancel, NULL);
+	__atomic_store_n(&q->staged, 0, __ATOMIC_SEQ_CST);
 }
 
 void txdefer_begin(void)
@@ -173,7 +191,7 @@ bool txdefer_add(int fd, const struct sockaddr *to, socklen_t tolen, const struc
 	if (d->tolen)
 		memcpy(&d->to, to, tolen);
 	if (q->n++ == 0)
-		__atomic_add_fetch(&txdefer_staging, 1, __ATOMIC_ACQ_REL);
+		__atomic_store_n(&q->staged, 1, __ATOMIC_SEQ_CST);
 	return true;
 }
 
@@ -197,7 +215,7 @@ bool txdefer_add_write(int fd, uint64_t value)
 	d->weight = 0;
 	d->tolen = 0;
 	if (q->n++ == 0)
-		__atomic_add_fetch(&txdefer_staging, 1, __ATOMIC_ACQ_REL);
+		__atomic_store_n(&q->staged, 1, __ATOMIC_SEQ_CST);
 	return true;
 }
 
@@ -208,36 +226,51 @@ void txdefer_flush(void)
 		txdefer_send_staged(q);
 }
 
+/* Waits until q has nothing staged, spinning first; false after 1 s. */
+static bool txdefer_wait_sent(struct txdefer_queue *q)
+{
+	for (int i = 0; i < TXDEFER_QUIESCE_SPINS; i++) {
+		if (!__atomic_load_n(&q->staged, __ATOMIC_SEQ_CST))
+			return true;
+		cpu_relax();
+	}
+	uint64_t end = clock_now_ns() + 1000000000ull;
+	while (__atomic_load_n(&q->staged, __ATOMIC_SEQ_CST)) {
+		if (clock_now_ns() > end)
+			return false;
+		sched_yield();
+	}
+	return true;
+}
+
 void txdefer_quiesce(void)
 {
 	txdefer_flush();
 	/* Another thread's datagrams leave right after it lets its lock go: a
-	 * few microseconds (spun out here; a yield per look cost a fork-per-
-	 * connection server's management thread 20 us a session), or its time
-	 * off the CPU. One that never sends them is stuck for good; its
-	 * datagrams are then dropped with the fd. */
-	for (int i = 0; i < TXDEFER_QUIESCE_SPINS; i++) {
-		if (__atomic_load_n(&txdefer_staging, __ATOMIC_ACQUIRE) == 0)
-			return;
-		cpu_relax();
-	}
-	uint64_t end = 0;
-	while (__atomic_load_n(&txdefer_staging, __ATOMIC_ACQUIRE) > 0) {
-		uint64_t now = clock_now_ns();
-		if (!end)
-			end = now + 1000000000ull;
-		else if (now > end) {
+	 * few microseconds (spun out: a yield per look cost a fork-per-
+	 * connection server's management thread 20 us a closed session), or
+	 * its time off the CPU. One that never sends them is stuck for good;
+	 * its datagrams are then dropped with the fd. */
+	pthread_mutex_lock(&txdefer_reg_lock);
+	for (struct txdefer_queue *q = txdefer_reg; q; q = q->next) {
+		if (q != txdefer_q && !txdefer_wait_sent(q)) {
 			log_warn("txdefer: a thread kept datagrams unsent for 1 s; closing anyway");
-			return;
+			break;
 		}
-		sched_yield();
 	}
+	pthread_mutex_unlock(&txdefer_reg_lock);
 }
 
 void txdefer_fork_child(void)
 {
-	__atomic_store_n(&txdefer_staging, 0, __ATOMIC_RELAXED);
-	if (txdefer_q)
+	/* The other threads' queues stay behind in memory nobody frees; only
+	 * this thread's is listed. */
+	pthread_mutex_init(&txdefer_reg_lock, NULL);
+	txdefer_reg = txdefer_q;
+	if (txdefer_q) {
+		txdefer_q->next = txdefer_q->prev = NULL;
 		txdefer_q->n = 0;
+		txdefer_q->staged = 0;
+	}
 	txdefer_depth = 0;
 }

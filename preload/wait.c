@@ -16,7 +16,6 @@
 #include "preload/fdtable.h"
 #include "transport/clock.h"
 #include "transport/sys.h"
-#include "transport/txdefer.h"
 
 static __thread struct waiter *wait_tls __attribute__((tls_model("initial-exec")));
 static pthread_key_t wait_key;
@@ -30,7 +29,6 @@ static void wait_destroy(void *p)
 	struct waiter *w = p;
 	if (w->nic.kept)
 		wait_nic_unkeep();
-	txdefer_quiesce(); /* a wake-up of this thread may wait to be written */
 	sys()->close(w->efd);
 	if (w->epfd >= 0)
 		sys()->close(w->epfd);
@@ -184,17 +182,17 @@ void wait_wake(struct waiter *w)
 		return;
 	if (__atomic_exchange_n(&w->signaled, 1, __ATOMIC_ACQ_REL))
 		return;
-	/* After the endpoint lock, if this thread holds it (txdefer.h). */
-	if (txdefer_add_write(w->efd, 1))
-		return;
 	uint64_t one = 1;
 	ssize_t r = sys()->write(w->efd, &one, sizeof(one));
 	(void)r;
 }
 
-void wait_consume(struct waiter *w)
+void wait_consume(struct waiter *w, bool ready)
 {
-	if (!__atomic_load_n(&w->signaled, __ATOMIC_ACQUIRE))
+	/* A count written after its waker's flag was consumed (the waiter woke
+	 * for another reason between the two) is drained when seen: left
+	 * there, it would end every later sleep at once. */
+	if (!ready && !__atomic_load_n(&w->signaled, __ATOMIC_ACQUIRE))
 		return;
 	uint64_t v;
 	ssize_t r = sys()->read(w->efd, &v, sizeof(v));
@@ -372,7 +370,10 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 		wait_epoll_done(w);
 		if (k < 0)
 			return -err;
-		wait_consume(w);
+		bool ready = false;
+		for (int i = 0; i < k; i++)
+			ready |= ev[i].data.ptr == &wait_efd_tag;
+		wait_consume(w, ready);
 		for (int i = 0; i < k; i++)
 			if (ev[i].data.ptr == &wait_notify_tag && ops)
 				ops->run();
@@ -398,7 +399,7 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 	for (unsigned i = 0; i < nk; i++)
 		mine += kfds[i].revents != 0;
 	if (w)
-		wait_consume(w);
+		wait_consume(w, kfds[nk].revents != 0);
 	if (nfd >= 0 && kfds[n - 1].revents && ops)
 		ops->run();
 	return mine;

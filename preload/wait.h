@@ -43,8 +43,9 @@ struct wait_node {
 struct waiter *wait_self(void);
 /* Wakes w; cheap when it is already signalled. Any thread, any lock. */
 void wait_wake(struct waiter *w);
-/* Clears a signal after waking (one read on the eventfd if signalled). */
-void wait_consume(struct waiter *w);
+/* Clears a signal after waking: one read on the eventfd if signalled or if
+ * the sleep saw it readable (ready). */
+void wait_consume(struct waiter *w, bool ready);
 
 /* In a fork child: the thread's eventfd is shared with the parent's
  * thread, so it is dropped and a new one made on next use. */

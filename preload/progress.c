@@ -49,9 +49,9 @@ static unsigned progress_run(void)
 	/* The pass's own clock: a spinning thread comes here every few hundred
 	 * nanoseconds, and the tick it is compared with is a millisecond. */
 	uint64_t now = rpc_pass_clock(rpc);
-	ferry_internal_leave();
 	rpc_unlock(rpc);
-	txdefer_end();
+	txdefer_end(); /* inside ferry still, as in ferry_unlock */
+	ferry_internal_leave();
 	__atomic_store_n(&pg_last_run, now, __ATOMIC_RELAXED);
 	return n;
 }
@@ -162,6 +162,7 @@ static void *progress_main(void *arg)
 		bool app_active = since < PROGRESS_APP_IDLE_NS;
 		bool spares = false;
 		if (rpc_trylock(rpc)) {
+			txdefer_begin(); /* its sends too leave after the unlock */
 			/* Application threads running the loop keep timers going;
 			 * only step in when they have not for a tick. */
 			if (since >= pg_tick_ns || stream_tx_deferred())
@@ -175,6 +176,7 @@ static void *progress_main(void *arg)
 					progress_pass(rpc);
 			}
 			rpc_unlock(rpc);
+			txdefer_end();
 		}
 		if (armed == 1)
 			continue;
@@ -241,8 +243,10 @@ static void *progress_main(void *arg)
 		if (__atomic_exchange_n(&pg_dump, 0, __ATOMIC_RELAXED))
 			ferry_stats_dump();
 		if (notified && rpc_trylock(rpc)) {
+			txdefer_begin();
 			progress_pass(rpc);
 			rpc_unlock(rpc);
+			txdefer_end();
 		}
 	}
 	return NULL;

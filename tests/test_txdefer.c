@@ -2,8 +2,7 @@
  * end, in order and intact; outside a begin nothing is staged; a datagram
  * that cannot be staged lets the staged ones go first; a failed send is
  * counted by weight; quiesce sends the caller's own and waits for other
- * threads' before it returns; a fork child sends nothing its parent staged;
- * an eventfd wake-up is written at the end too. */
+ * threads' before it returns; a fork child sends nothing its parent staged. */
 #include "autoconfig.h"
 
 #include <arpa/inet.h>
@@ -13,7 +12,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -234,19 +232,4 @@ Test(txdefer, a_fork_child_sends_nothing_its_parent_staged)
 	cr_assert_str_empty(next_text(&r));
 	close(fd);
 	close(r.fd);
-}
-
-Test(txdefer, an_eventfd_wake_up_is_written_at_the_end)
-{
-	int efd = eventfd(0, EFD_NONBLOCK);
-	cr_assert(efd >= 0);
-	uint64_t v = 0;
-	txdefer_begin();
-	cr_assert(txdefer_add_write(efd, 1));
-	cr_assert(read(efd, &v, sizeof(v)) < 0 && errno == EAGAIN, "written before the end");
-	txdefer_end();
-	cr_assert(read(efd, &v, sizeof(v)) == sizeof(v));
-	cr_assert_eq(v, 1);
-	cr_assert_not(txdefer_add_write(efd, 1), "staged outside a begin");
-	close(efd);
 }

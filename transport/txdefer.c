@@ -16,7 +16,6 @@
 
 struct txdefer_dgram {
 	int fd;
-	bool is_write; /* an eventfd's count: write(), not a send */
 	socklen_t tolen;
 	uint32_t len;
 	uint32_t weight;
@@ -108,15 +107,8 @@ static void txdefer_send_staged(struct txdefer_queue *q)
 	struct iovec v[TXDEFER_MAX];
 	unsigned i = 0;
 	while (i < q->n) {
-		if (q->d[i].is_write) {
-			ssize_t w = sys()->write(q->d[i].fd, q->d[i].data, q->d[i].len);
-			if (w < 0 && errno == EINTR)
-				continue;
-			i++; /* a full eventfd counts already, enough to wake */
-			continue;
-		}
 		unsigned run = 0;
-		while (i + run < q->n && q->d[i + run].fd == q->d[i].fd && !q->d[i + run].is_write) {
+		while (i + run < q->n && q->d[i + run].fd == q->d[i].fd) {
 			struct txdefer_dgram *d = &q->d[i + run];
 			v[run] = (struct iovec){.iov_base = d->data, .iov_len = d->len};
 			m[run].msg_hdr = (struct msghdr){.msg_name = d->tolen ? &d->to : NULL,
@@ -183,37 +175,12 @@ bool txdefer_add(int fd, const struct sockaddr *to, socklen_t tolen, const struc
 		off += k;
 	}
 	d->fd = fd;
-	d->is_write = false;
 	d->len = (uint32_t)off;
 	d->weight = weight;
 	d->failures = failures;
 	d->tolen = to ? tolen : 0;
 	if (d->tolen)
 		memcpy(&d->to, to, tolen);
-	if (q->n++ == 0)
-		__atomic_store_n(&q->staged, 1, __ATOMIC_SEQ_CST);
-	return true;
-}
-
-bool txdefer_add_write(int fd, uint64_t value)
-{
-	if (txdefer_depth <= 0)
-		return false;
-	struct txdefer_queue *q = txdefer_queue();
-	if (!q)
-		return false;
-	if (q->n == TXDEFER_MAX) {
-		txdefer_send_staged(q);
-		return false;
-	}
-	struct txdefer_dgram *d = &q->d[q->n];
-	d->fd = fd;
-	d->is_write = true;
-	d->len = sizeof(value);
-	memcpy(d->data, &value, sizeof(value));
-	d->failures = NULL;
-	d->weight = 0;
-	d->tolen = 0;
 	if (q->n++ == 0)
 		__atomic_store_n(&q->staged, 1, __ATOMIC_SEQ_CST);
 	return true;

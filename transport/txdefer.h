@@ -1,5 +1,5 @@
 /*
- * Datagrams (and eventfd wake-ups) sent after the endpoint lock is let go.
+ * Datagrams sent after the endpoint lock is let go.
  *
  * A send on loopback (a udp packet, softib's doorbell) wakes the receiver
  * inside the sender's system call. With few cores, the woken process often
@@ -46,9 +46,6 @@ void txdefer_end(void);
  */
 bool txdefer_add(int fd, const struct sockaddr *to, socklen_t tolen, const struct iovec *iov,
 		 size_t iovcnt, size_t len, uint64_t *failures, uint32_t weight);
-/* Stages an eventfd's write of value (a wake-up of another thread, which as
- * well takes the CPU of a waker that still holds the lock). */
-bool txdefer_add_write(int fd, uint64_t value);
 /* Sends the thread's staged datagrams now, lock or no lock: for a caller
  * about to poll for the answer to them. */
 void txdefer_flush(void);

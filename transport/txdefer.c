@@ -230,14 +230,13 @@ void txdefer_quiesce(void)
 
 void txdefer_fork_child(void)
 {
-	/* The other threads' queues stay behind in memory nobody frees; only
-	 * this thread's is listed. */
+	/* The parent's other threads are not here: their queues stay listed
+	 * (as memory still in use, which a leak checker would otherwise
+	 * report), with nothing in them for anyone to wait on. */
 	pthread_mutex_init(&txdefer_reg_lock, NULL);
-	txdefer_reg = txdefer_q;
-	if (txdefer_q) {
-		txdefer_q->next = txdefer_q->prev = NULL;
-		txdefer_q->n = 0;
-		txdefer_q->staged = 0;
+	for (struct txdefer_queue *q = txdefer_reg; q; q = q->next) {
+		q->n = 0;
+		q->staged = 0;
 	}
 	txdefer_depth = 0;
 }

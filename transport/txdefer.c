@@ -138,6 +138,13 @@ static void txdefer_send_staged(struct txdefer_queue *q)
 	__atomic_store_n(&q->staged, 0, __ATOMIC_SEQ_CST);
 }
 
+void txdefer_flush(void)
+{
+	struct txdefer_queue *q = txdefer_q;
+	if (q && q->n)
+		txdefer_send_staged(q);
+}
+
 void txdefer_begin(void)
 {
 	txdefer_depth++;
@@ -145,11 +152,8 @@ void txdefer_begin(void)
 
 void txdefer_end(void)
 {
-	if (--txdefer_depth > 0)
-		return;
-	struct txdefer_queue *q = txdefer_q;
-	if (q && q->n)
-		txdefer_send_staged(q);
+	if (--txdefer_depth == 0)
+		txdefer_flush();
 }
 
 bool txdefer_add(int fd, const struct sockaddr *to, socklen_t tolen, const struct iovec *iov,
@@ -157,14 +161,13 @@ bool txdefer_add(int fd, const struct sockaddr *to, socklen_t tolen, const struc
 {
 	if (txdefer_depth <= 0)
 		return false;
-	struct txdefer_queue *q = txdefer_queue();
-	if (!q)
-		return false;
-	if (q->n == TXDEFER_MAX || len > TXDEFER_BYTES || tolen > sizeof(struct sockaddr_storage)) {
+	struct txdefer_queue *q = len > TXDEFER_BYTES || tolen > sizeof(struct sockaddr_storage)
+					  ? NULL
+					  : txdefer_queue();
+	if (!q || q->n == TXDEFER_MAX) {
 		/* The caller sends this one now: what is staged leaves first, so
 		 * the order on the wire holds. */
-		if (q->n)
-			txdefer_send_staged(q);
+		txdefer_flush();
 		return false;
 	}
 	struct txdefer_dgram *d = &q->d[q->n];
@@ -184,13 +187,6 @@ bool txdefer_add(int fd, const struct sockaddr *to, socklen_t tolen, const struc
 	if (q->n++ == 0)
 		__atomic_store_n(&q->staged, 1, __ATOMIC_SEQ_CST);
 	return true;
-}
-
-void txdefer_flush(void)
-{
-	struct txdefer_queue *q = txdefer_q;
-	if (q && q->n)
-		txdefer_send_staged(q);
 }
 
 /* Waits until q has nothing staged, spinning first; false after 1 s. */

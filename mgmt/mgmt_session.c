@@ -250,6 +250,9 @@ static void tombs_expire(struct mgmt *m, uint64_t cutoff_ns)
  */
 static void sess_close(struct mgmt *m, struct msess *s, int err, bool notify, uint64_t now)
 {
+	/* Counted first: a thread that sees the reset's failed requests sees
+	 * the close counted too. */
+	stats_inc(m->stats->sessions_closed);
 	rpc_lock(s->rpc);
 	if (rpc_session_token(s->rpc, s->session) == s->token)
 		rpc_session_reset(s->rpc, s->session, err);
@@ -257,7 +260,6 @@ static void sess_close(struct mgmt *m, struct msess *s, int err, bool notify, ui
 	struct mpeer *p = s->peer;
 	if (notify)
 		send_disconnect(m, s->token, p->uuid, &p->addr);
-	stats_inc(m->stats->sessions_closed);
 	if (--p->nsessions == 0)
 		peer_free(m, p);
 	if (!s->client)

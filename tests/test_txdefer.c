@@ -2,12 +2,14 @@
  * end, in order and intact; outside a begin nothing is staged; a datagram
  * that cannot be staged lets the staged ones go first; a failed send is
  * counted by weight; quiesce sends the caller's own and waits for other
- * threads' before it returns; a fork child sends nothing its parent staged. */
+ * threads' before it returns (for one fd, only for theirs to it); close
+ * leaves an fd open until another thread's datagram for it has gone; a fork child sends nothing its parent staged. */
 #include "autoconfig.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -189,6 +191,55 @@ Test(txdefer, quiesce_waits_for_other_threads_datagrams)
 	pthread_join(t, NULL);
 	pthread_join(rel, NULL);
 	close(s.fd);
+	close(r.fd);
+}
+
+Test(txdefer, quiesce_of_one_fd_waits_only_for_datagrams_to_it)
+{
+	struct rx r = rx_open();
+	struct stager s = {.to = &r, .fd = tx_open()};
+	int other = tx_open();
+	pthread_t t, rel;
+	cr_assert(pthread_create(&t, NULL, stager_main, &s) == 0);
+	while (!__atomic_load_n(&s.staged, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	/* The stager holds its datagram until told: waiting for it here would
+	 * time out (false) after a second. */
+	cr_assert(txdefer_quiesce_fd(other), "waited for a datagram to another fd");
+	cr_assert_str_empty(next_text(&r));
+	cr_assert(pthread_create(&rel, NULL, release_later, &s) == 0);
+	cr_assert(txdefer_quiesce_fd(s.fd));
+	cr_assert_str_eq(next_text(&r), "late");
+	pthread_join(t, NULL);
+	pthread_join(rel, NULL);
+	close(other);
+	close(s.fd);
+	close(r.fd);
+}
+
+static bool fd_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+Test(txdefer, close_leaves_an_fd_open_until_its_last_datagram_has_gone)
+{
+	struct rx r = rx_open();
+	struct stager s = {.to = &r, .fd = tx_open()};
+	int idle = tx_open();
+	txdefer_close(idle);
+	cr_assert_not(fd_open(idle), "nothing was staged for it, yet it stayed open");
+	pthread_t t;
+	cr_assert(pthread_create(&t, NULL, stager_main, &s) == 0);
+	while (!__atomic_load_n(&s.staged, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	txdefer_close(s.fd); /* returns at once: the stager holds its datagram until told */
+	cr_assert(fd_open(s.fd), "closed under the other thread's staged datagram");
+	cr_assert_str_empty(next_text(&r));
+	__atomic_store_n(&s.go, 1, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	cr_assert_str_eq(next_text(&r), "late");
+	cr_assert_not(fd_open(s.fd), "the sender did not close it after its send");
 	close(r.fd);
 }
 

@@ -639,10 +639,11 @@ static int nic_udp_hide_fd(int fd)
 	return high;
 }
 
+/* Under the endpoint lock (session_free), the only one under which datagrams
+ * to fd are staged (txdefer_close's condition). */
 static void nic_udp_peer_fd_close(int fd)
 {
-	txdefer_quiesce();
-	sys()->close(fd);
+	txdefer_close(fd);
 	__atomic_sub_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED);
 }
 

@@ -41,6 +41,11 @@ static __thread struct txdefer_queue *txdefer_q __attribute__((tls_model("initia
 static pthread_mutex_t txdefer_reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct txdefer_queue *txdefer_reg;
 static pthread_key_t txdefer_key;
+/* fds txdefer_close left open for other threads' staged datagrams, under
+ * txdefer_reg_lock; txdefer_graves counts them (atomic). */
+#define TXDEFER_GRAVES 64
+static int txdefer_grave[TXDEFER_GRAVES];
+static unsigned txdefer_graves;
 static pthread_once_t txdefer_once = PTHREAD_ONCE_INIT;
 static bool txdefer_key_ok;
 
@@ -100,6 +105,8 @@ static void txdefer_fail(struct txdefer_dgram *d)
 		__atomic_add_fetch(d->failures, d->weight, __ATOMIC_RELAXED);
 }
 
+static void txdefer_reap(bool wait);
+
 /* Sends the thread's staged datagrams, runs of one fd in one system call. */
 static void txdefer_send_staged(struct txdefer_queue *q)
 {
@@ -134,8 +141,10 @@ static void txdefer_send_staged(struct txdefer_queue *q)
 		}
 		i += (unsigned)r;
 	}
-	q->n = 0;
+	__atomic_store_n(&q->n, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&q->staged, 0, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&txdefer_graves, __ATOMIC_SEQ_CST))
+		txdefer_reap(false);
 }
 
 void txdefer_flush(void)
@@ -177,28 +186,47 @@ bool txdefer_add(int fd, const struct sockaddr *to, socklen_t tolen, const struc
 		memcpy(d->data + off, iov[i].iov_base, k);
 		off += k;
 	}
-	d->fd = fd;
+	__atomic_store_n(&d->fd, fd, __ATOMIC_RELAXED);
 	d->len = (uint32_t)off;
 	d->weight = weight;
 	d->failures = failures;
 	d->tolen = to ? tolen : 0;
 	if (d->tolen)
 		memcpy(&d->to, to, tolen);
-	if (q->n++ == 0)
+	unsigned n = q->n;
+	__atomic_store_n(&q->n, n + 1, __ATOMIC_RELEASE);
+	if (n == 0)
 		__atomic_store_n(&q->staged, 1, __ATOMIC_SEQ_CST);
 	return true;
 }
 
-/* Waits until q has nothing staged, spinning first; false after 1 s. */
-static bool txdefer_wait_sent(struct txdefer_queue *q)
+/* Whether q may hold a datagram for fd (any, for fd -1). Its owner cannot
+ * stage another for fd meanwhile: staging happens under the endpoint lock,
+ * which the caller holds or which no longer reaches fd. Entries read while
+ * the owner sends and empties q only make the answer err towards yes. */
+static bool txdefer_holds(struct txdefer_queue *q, int fd)
+{
+	if (!__atomic_load_n(&q->staged, __ATOMIC_SEQ_CST))
+		return false;
+	if (fd < 0)
+		return true;
+	unsigned n = __atomic_load_n(&q->n, __ATOMIC_ACQUIRE);
+	for (unsigned i = 0; i < n && i < TXDEFER_MAX; i++)
+		if (__atomic_load_n(&q->d[i].fd, __ATOMIC_RELAXED) == fd)
+			return true;
+	return false;
+}
+
+/* Waits until q holds nothing for fd, spinning first; false after 1 s. */
+static bool txdefer_wait_sent(struct txdefer_queue *q, int fd)
 {
 	for (int i = 0; i < TXDEFER_QUIESCE_SPINS; i++) {
-		if (!__atomic_load_n(&q->staged, __ATOMIC_SEQ_CST))
+		if (!txdefer_holds(q, fd))
 			return true;
 		cpu_relax();
 	}
 	uint64_t end = clock_now_ns() + 1000000000ull;
-	while (__atomic_load_n(&q->staged, __ATOMIC_SEQ_CST)) {
+	while (txdefer_holds(q, fd)) {
 		if (clock_now_ns() > end)
 			return false;
 		sched_yield();
@@ -206,7 +234,7 @@ static bool txdefer_wait_sent(struct txdefer_queue *q)
 	return true;
 }
 
-void txdefer_quiesce(void)
+bool txdefer_quiesce_fd(int fd)
 {
 	txdefer_flush();
 	/* Another thread's datagrams leave right after it lets its lock go: a
@@ -214,14 +242,78 @@ void txdefer_quiesce(void)
 	 * connection server's management thread 20 us a closed session), or
 	 * its time off the CPU. One that never sends them is stuck for good;
 	 * its datagrams are then dropped with the fd. */
+	bool ok = true;
 	pthread_mutex_lock(&txdefer_reg_lock);
 	for (struct txdefer_queue *q = txdefer_reg; q; q = q->next) {
-		if (q != txdefer_q && !txdefer_wait_sent(q)) {
+		if (q != txdefer_q && !txdefer_wait_sent(q, fd)) {
 			log_warn("txdefer: a thread kept datagrams unsent for 1 s; closing anyway");
+			ok = false;
 			break;
 		}
 	}
 	pthread_mutex_unlock(&txdefer_reg_lock);
+	return ok;
+}
+
+bool txdefer_quiesce(void)
+{
+	bool ok = txdefer_quiesce_fd(-1);
+	txdefer_reap(true);
+	return ok;
+}
+
+/* Whether another thread's queue may hold a datagram for fd; under
+ * txdefer_reg_lock. */
+static bool txdefer_held_elsewhere(int fd)
+{
+	for (struct txdefer_queue *q = txdefer_reg; q; q = q->next)
+		if (q != txdefer_q && txdefer_holds(q, fd))
+			return true;
+	return false;
+}
+
+/* Closes the fds left open whose datagrams have gone. A thread that just
+ * sent its own does not wait for the list (wait false): whoever holds it
+ * reaps, or the next to send. */
+static void txdefer_reap(bool wait)
+{
+	if (wait)
+		pthread_mutex_lock(&txdefer_reg_lock);
+	else if (pthread_mutex_trylock(&txdefer_reg_lock) != 0)
+		return;
+	unsigned k = 0;
+	for (unsigned i = 0; i < txdefer_graves; i++) {
+		int fd = txdefer_grave[i];
+		if (txdefer_held_elsewhere(fd))
+			txdefer_grave[k++] = fd;
+		else
+			sys()->close(fd);
+	}
+	__atomic_store_n(&txdefer_graves, k, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&txdefer_reg_lock);
+}
+
+void txdefer_close(int fd)
+{
+	txdefer_flush();
+	pthread_mutex_lock(&txdefer_reg_lock);
+	if (!txdefer_held_elsewhere(fd)) {
+		pthread_mutex_unlock(&txdefer_reg_lock);
+		sys()->close(fd);
+		return;
+	}
+	if (txdefer_graves < TXDEFER_GRAVES) {
+		/* The number stays taken until the last datagram for it has
+		 * gone, so none can reach a socket that reuses it. The holder
+		 * closes it when it sends them. */
+		txdefer_grave[txdefer_graves] = fd;
+		__atomic_store_n(&txdefer_graves, txdefer_graves + 1, __ATOMIC_SEQ_CST);
+		pthread_mutex_unlock(&txdefer_reg_lock);
+		return;
+	}
+	pthread_mutex_unlock(&txdefer_reg_lock);
+	txdefer_quiesce_fd(fd);
+	sys()->close(fd);
 }
 
 void txdefer_fork_child(void)
@@ -234,5 +326,9 @@ void txdefer_fork_child(void)
 		q->n = 0;
 		q->staged = 0;
 	}
+	/* Nothing here sends on the fds the parent left open for its threads. */
+	for (unsigned i = 0; i < txdefer_graves; i++)
+		sys()->close(txdefer_grave[i]);
+	txdefer_graves = 0;
 	txdefer_depth = 0;
 }

@@ -18,7 +18,8 @@
  * An fd that a deferred datagram may use must not be closed while another
  * thread still has one staged for it: the number could be reused by then.
  * txdefer_quiesce, called before such a close, sends the caller's own
- * staged datagrams and waits out everyone else's.
+ * staged datagrams and waits out everyone else's; txdefer_close leaves the
+ * close to the last thread that holds one.
  */
 #ifndef FERRY_TRANSPORT_TXDEFER_H
 #define FERRY_TRANSPORT_TXDEFER_H
@@ -50,8 +51,21 @@ bool txdefer_add(int fd, const struct sockaddr *to, socklen_t tolen, const struc
  * about to poll for the answer to them. */
 void txdefer_flush(void);
 /* Before closing an fd (or freeing a failure counter) that staged datagrams
- * may use: sends this thread's, waits until no other thread has any. */
-void txdefer_quiesce(void);
+ * may use: sends this thread's, waits until no other thread has any. false:
+ * one kept them unsent for a second, and they may still go out. */
+bool txdefer_quiesce(void);
+/* The same for fd alone, for a caller that holds the endpoint lock under
+ * which datagrams to fd are staged (or has put fd out of that endpoint's
+ * reach): other threads' datagrams to other fds are not waited for. A
+ * failure counter shared with other fds must outlive this. */
+bool txdefer_quiesce_fd(int fd);
+/* Closes fd, under the same condition as txdefer_quiesce_fd, without
+ * waiting: while another thread still holds a datagram for it, fd stays
+ * open (its number taken) and that thread closes it when it sends them.
+ * A management thread closing a gone peer's socket yielded its CPU over
+ * and over to an application thread that had the peer's last packets
+ * staged: often the very thread its lock wait had just preempted. */
+void txdefer_close(int fd);
 /* In a fork child: only the forking thread exists, and the endpoint lock it
  * forked under (with its txdefer_begin) is forgotten. */
 void txdefer_fork_child(void);

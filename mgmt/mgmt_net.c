@@ -136,7 +136,7 @@ int mgmt_net_socket(int family, const struct mgmt_addr *addr, unsigned flags)
 		return fd;
 	int rc;
 	if (!addr && (flags & MGMT_NET_LOOPBACK)) {
-		rc = udp_bind_loopback(fd);
+		rc = udp_bind_loopback(fd, family);
 	} else {
 		struct mgmt_addr any;
 		memset(&any, 0, sizeof(any));
@@ -157,7 +157,7 @@ int mgmt_net_widen(int old, int family, unsigned flags)
 	int fd = net_socket(family, false, flags);
 	if (fd < 0)
 		return fd;
-	int rc = udp_bind_wide_beside(fd, old);
+	int rc = udp_bind_wide_beside(fd, family, old);
 	if (rc < 0) {
 		sys()->close(fd);
 		return rc;

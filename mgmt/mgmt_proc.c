@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,25 @@ static uint64_t mix(uint64_t h, const void *data, size_t len)
 	return h;
 }
 
+/* The boot's id, read once: the same for every process this one forks. */
+static pthread_once_t mgmt_boot_once = PTHREAD_ONCE_INIT;
+static char mgmt_boot[64];
+static bool mgmt_boot_ok;
+
+static void mgmt_boot_read(void)
+{
+	mgmt_boot_ok = read_small("/proc/sys/kernel/random/boot_id", mgmt_boot, sizeof(mgmt_boot)) > 0;
+}
+
+static bool mgmt_boot_id(char *out, size_t cap)
+{
+	pthread_once(&mgmt_boot_once, mgmt_boot_read);
+	if (!mgmt_boot_ok)
+		return false;
+	snprintf(out, cap, "%s", mgmt_boot);
+	return true;
+}
+
 void mgmt_proc_self(struct mgmt_proc *out)
 {
 	char boot[64];
@@ -46,8 +67,7 @@ void mgmt_proc_self(struct mgmt_proc *out)
 	out->pid = (uint32_t)getpid();
 	out->start = procinfo_start_time(0);
 	out->host = 0;
-	if (read_small("/proc/sys/kernel/random/boot_id", boot, sizeof(boot)) <= 0 || !pidns ||
-	    !netns || !out->start)
+	if (!mgmt_boot_id(boot, sizeof(boot)) || !pidns || !netns || !out->start)
 		return;
 	uint64_t h = mix(0xcbf29ce484222325ull, boot, strlen(boot));
 	h = mix(h, &pidns, sizeof(pidns));

@@ -84,6 +84,12 @@ EXTRA_DIST += tests/test_netns_two_hosts.sh tests/test_netns_trust.sh tests/test
 # (nm -u of libferry_core against preload/libferry.map).
 TESTS += tests/test_layering.sh
 EXTRA_DIST += tests/test_layering.sh
+check_PROGRAMS += tests/test_procinfo
+TESTS += tests/test_procinfo
+tests_test_procinfo_SOURCES = tests/test_procinfo.c
+tests_test_procinfo_CFLAGS = $(TEST_CFLAGS)
+tests_test_procinfo_LDADD = $(TEST_LDADD)
+
 check_PROGRAMS += tests/test_txdefer
 TESTS += tests/test_txdefer
 tests_test_txdefer_SOURCES = tests/test_txdefer.c

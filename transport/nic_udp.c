@@ -593,11 +593,21 @@ static void nic_udp_route_fixup(const struct nic *nic, struct nic_route *route,
 
 /* Sets one socket buffer as large as allowed; returns what the kernel gave,
  * in the units setsockopt takes (getsockopt reports double, for overhead). */
+/* Set once the FORCE options were refused (no CAP_NET_ADMIN): not asked
+ * again for every peer's socket, nor in a fork child (atomic). */
+static int nic_udp_force_refused;
+
 static int nic_udp_grow_buffer(int fd, int force_opt, int opt)
 {
 	int want = NIC_UDP_SOCKBUF;
 	/* The FORCE variant ignores net.core.*mem_max but needs CAP_NET_ADMIN. */
-	if (sys()->setsockopt(fd, SOL_SOCKET, force_opt, &want, sizeof(want)) < 0)
+	bool forced = false;
+	if (!__atomic_load_n(&nic_udp_force_refused, __ATOMIC_RELAXED)) {
+		forced = sys()->setsockopt(fd, SOL_SOCKET, force_opt, &want, sizeof(want)) == 0;
+		if (!forced && errno == EPERM)
+			__atomic_store_n(&nic_udp_force_refused, 1, __ATOMIC_RELAXED);
+	}
+	if (!forced)
 		sys()->setsockopt(fd, SOL_SOCKET, opt, &want, sizeof(want));
 	int got = 0;
 	socklen_t len = sizeof(got);
@@ -841,7 +851,7 @@ static const struct nic_ops nic_udp_ops = {
 static int nic_udp_bind_wide(int fd, int family, int beside)
 {
 	if (beside >= 0)
-		return udp_bind_wide_beside(fd, beside);
+		return udp_bind_wide_beside(fd, family, beside);
 	struct sockaddr_storage any = {.ss_family = (sa_family_t)family};
 	socklen_t len = family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 	return sys()->bind(fd, (struct sockaddr *)&any, len) == 0 ? 0 : -errno;
@@ -878,7 +888,7 @@ static int nic_udp_wide_socket(int *family, int beside)
 static int nic_udp_socket(int *family, bool *wide)
 {
 	int fd = sys()->socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd >= 0 && udp_bind_loopback(fd) == 0) {
+	if (fd >= 0 && udp_bind_loopback(fd, AF_INET) == 0) {
 		*family = AF_INET;
 		*wide = false;
 		return fd;

@@ -79,8 +79,15 @@ int pool_check_memlock(size_t already, size_t len, char *msg, size_t msglen)
 	return -ENOMEM;
 }
 
+/* Set once a hugepage region was refused in this process (or in the parent
+ * it forked from): a later pool, a fork child's above all, does not ask
+ * again, nor say so again (atomic). */
+static int pool_hugepages_refused;
+
 static void *map_region(struct pool *p, size_t len)
 {
+	if (p->hugepages == -1 && __atomic_load_n(&pool_hugepages_refused, __ATOMIC_RELAXED))
+		p->hugepages = 0;
 	void *m = MAP_FAILED;
 	if (len % POOL_REGION == 0 && p->hugepages != 0) {
 		m = mmap(NULL, len, PROT_READ | PROT_WRITE,
@@ -92,6 +99,7 @@ static void *map_region(struct pool *p, size_t len)
 			ferry_log(lvl, "no hugepages available (%s); using ordinary pages for "
 				  "buffers (to enable: sysctl vm.nr_hugepages=N)", strerror(errno));
 			p->hugepages = 0;
+			__atomic_store_n(&pool_hugepages_refused, 1, __ATOMIC_RELAXED);
 		} else if (m != MAP_FAILED) {
 			p->hugepages = 1;
 		}

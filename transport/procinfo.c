@@ -12,7 +12,30 @@
 
 #include "transport/sys.h"
 
+static uint64_t procinfo_read_start_time(pid_t pid);
+
+/* This process's own, read once per process: a fork child finds its
+ * parent's pid here and reads its own (the start time is stored before the
+ * pid that vouches for it). */
+static pid_t procinfo_self_pid;
+static uint64_t procinfo_self_start;
+
 uint64_t procinfo_start_time(pid_t pid)
+{
+	if (pid != 0)
+		return procinfo_read_start_time(pid);
+	pid_t self = getpid();
+	if (__atomic_load_n(&procinfo_self_pid, __ATOMIC_ACQUIRE) == self)
+		return __atomic_load_n(&procinfo_self_start, __ATOMIC_RELAXED);
+	uint64_t st = procinfo_read_start_time(0);
+	if (st) {
+		__atomic_store_n(&procinfo_self_start, st, __ATOMIC_RELAXED);
+		__atomic_store_n(&procinfo_self_pid, self, __ATOMIC_RELEASE);
+	}
+	return st;
+}
+
+static uint64_t procinfo_read_start_time(pid_t pid)
 {
 	char path[64], buf[1024];
 	if (pid == 0)

@@ -22,12 +22,8 @@ bool udp_addr_is_loopback(const struct sockaddr *sa)
 	return false;
 }
 
-static socklen_t udp_family_addr(int fd, struct sockaddr_storage *ss, bool loopback)
+static socklen_t udp_family_addr(int family, struct sockaddr_storage *ss, bool loopback)
 {
-	int family = 0;
-	socklen_t l = sizeof(family);
-	if (sys()->getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &l) != 0)
-		return 0;
 	memset(ss, 0, sizeof(*ss));
 	if (family == AF_INET) {
 		struct sockaddr_in *in = (struct sockaddr_in *)ss;
@@ -44,10 +40,10 @@ static socklen_t udp_family_addr(int fd, struct sockaddr_storage *ss, bool loopb
 	return 0;
 }
 
-int udp_bind_loopback(int fd)
+int udp_bind_loopback(int fd, int family)
 {
 	struct sockaddr_storage ss;
-	socklen_t len = udp_family_addr(fd, &ss, true);
+	socklen_t len = udp_family_addr(family, &ss, true);
 	if (!len)
 		return -EAFNOSUPPORT;
 	return sys()->bind(fd, (struct sockaddr *)&ss, len) == 0 ? 0 : -errno;
@@ -58,10 +54,10 @@ static void udp_set_reuse(int fd, int on)
 	sys()->setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
 }
 
-int udp_bind_wide_beside(int fd, int beside)
+int udp_bind_wide_beside(int fd, int family, int beside)
 {
 	struct sockaddr_storage ss, at;
-	socklen_t len = udp_family_addr(fd, &ss, false), atlen = sizeof(at);
+	socklen_t len = udp_family_addr(family, &ss, false), atlen = sizeof(at);
 	if (!len)
 		return -EAFNOSUPPORT;
 	if (sys()->getsockname(beside, (struct sockaddr *)&at, &atlen) != 0)

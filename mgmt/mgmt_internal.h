@@ -157,6 +157,11 @@ struct mgmt {
 	struct mpeer *peers;
 	unsigned npidfds; /* peers with a pidfd: the poll set holds them */
 	uint64_t next_sweep_ns;
+	/* The last host path_data_max asked the route about (port 0), and
+	 * when: a fork-per-connection server's peers all live at one address. */
+	struct mgmt_addr mtu_host;
+	uint32_t mtu_pkt;
+	uint64_t mtu_at_ns;
 	struct waiter *completions, **completions_tail; /* async done() calls due */
 };
 

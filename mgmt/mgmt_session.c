@@ -93,6 +93,9 @@ static void send_disconnect(struct mgmt *m, uint64_t token, uint64_t peer_uuid,
 	send_msg(m, ctl_fd(m, to), &msg, (const struct sockaddr *)&to->ss, to->len);
 }
 
+/* How long a route's MTU is taken as known. */
+#define MGMT_MTU_KEEP_NS (1000ull * MGMT_MS)
+
 /* Payload per packet the path to a allows: the udp datapath's packets go
  * where the management channel's do, so its route MTU is theirs. */
 static uint32_t path_data_max(struct mgmt *m, const struct nic_route *local,
@@ -100,7 +103,23 @@ static uint32_t path_data_max(struct mgmt *m, const struct nic_route *local,
 {
 	if (local->kind != FERRY_TRANSPORT_UDP || m->cfg->mtu != 0)
 		return UINT32_MAX;
-	uint32_t pkt = mgmt_net_udp_payload_max(a);
+	/* The route's MTU is the host's, whatever the port; asked again after
+	 * a while, as a path's MTU may change. */
+	struct mgmt_addr host = *a;
+	if (host.ss.ss_family == AF_INET)
+		((struct sockaddr_in *)(void *)&host.ss)->sin_port = 0;
+	else if (host.ss.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)(void *)&host.ss)->sin6_port = 0;
+	uint64_t now = clock_now_ns();
+	uint32_t pkt;
+	if (m->mtu_at_ns && now - m->mtu_at_ns < MGMT_MTU_KEEP_NS && mgmt_addr_equal(&host, &m->mtu_host)) {
+		pkt = m->mtu_pkt;
+	} else {
+		pkt = mgmt_net_udp_payload_max(a);
+		m->mtu_host = host;
+		m->mtu_pkt = pkt;
+		m->mtu_at_ns = now;
+	}
 	if (pkt == 0)
 		return UINT32_MAX;
 	/* Below the minimum every session supports, IP fragments instead. */

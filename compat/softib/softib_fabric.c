@@ -109,6 +109,40 @@ static void sib_fabric_init_shm(struct sib_fabric_shm *s, const char *name)
 	__atomic_store_n(&s->magic, SIB_MAGIC_FABRIC, __ATOMIC_RELEASE);
 }
 
+/*
+ * Whether this open (or QP creation) reclaims. A reclaim looks at every
+ * live QP's process and ring and at every file of the directory: eight
+ * system calls and more per QP of the host. Each fork-per-connection child
+ * opened the device and made a QP, so it paid that twice over for every
+ * process on softib (pgbench -S -C over softib: 180 us of each backend's
+ * start with a dozen live QPs). At most one open a second reclaims now, or
+ * one that finds the directory full; softib_reclaim still does at once.
+ */
+#define SIB_RECLAIM_EVERY_NS 1000000000ull
+
+static bool sib_reclaim_due(const struct sib_fabric *fab)
+{
+	/* When the last reclaim ran is the mtime of a mark beside the
+	 * fabric: the fabric's own layout stays as every softib knows it. */
+	char mark[sizeof(fab->dir) + sizeof(fab->name) + 16];
+	snprintf(mark, sizeof(mark), "%s/.reclaimed.%s", fab->dir, fab->name);
+	struct stat st;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (stat(mark, &st) == 0) {
+		int64_t age = ((int64_t)now.tv_sec - (int64_t)st.st_mtim.tv_sec) * 1000000000ll +
+			      ((int64_t)now.tv_nsec - (int64_t)st.st_mtim.tv_nsec);
+		if (age >= 0 && (uint64_t)age < SIB_RECLAIM_EVERY_NS)
+			return false;
+	}
+	int fd = open(mark, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		futimens(fd, NULL);
+		sys()->close(fd);
+	}
+	return true;
+}
+
 int sib_fabric_open(struct sib_fabric *fab, const char *name)
 {
 	memset(fab, 0, sizeof(*fab));
@@ -171,7 +205,8 @@ int sib_fabric_open(struct sib_fabric *fab, const char *name)
 	}
 	fab->fd = fd;
 	fab->shm = s;
-	sib_fabric_reclaim(fab);
+	if (sib_reclaim_due(fab))
+		sib_fabric_reclaim(fab);
 	return 0;
 }
 
@@ -373,21 +408,34 @@ void sib_ring_init(struct sib_qp *qp, void *m, uint32_t nslots, size_t area)
 	qp->area_len = area;
 }
 
-int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslots)
+/* A free directory slot, under the directory lock; SIB_MAX_QPS if none. */
+static unsigned sib_free_slot(const struct sib_fabric_shm *s)
 {
-	struct sib_fabric *fab = &c->fab;
-	struct sib_fabric_shm *s = fab->shm;
-	sib_fabric_reclaim(fab);
-	sib_shm_lock(&s->lock);
-	unsigned slot = SIB_MAX_QPS;
 	uint32_t start = s->next_gen;
 	for (unsigned i = 0; i < SIB_MAX_QPS; i++) {
 		/* Rotate the starting slot so QPNs are not reused at once. */
 		unsigned k = (start + i) & (SIB_MAX_QPS - 1);
-		if (!s->dir[k].live) {
-			slot = k;
-			break;
-		}
+		if (!s->dir[k].live)
+			return k;
+	}
+	return SIB_MAX_QPS;
+}
+
+int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslots)
+{
+	struct sib_fabric *fab = &c->fab;
+	struct sib_fabric_shm *s = fab->shm;
+	if (sib_reclaim_due(fab))
+		sib_fabric_reclaim(fab);
+	sib_shm_lock(&s->lock);
+	unsigned slot = sib_free_slot(s);
+	if (slot == SIB_MAX_QPS) {
+		/* Full: the dead's slots are freed now, however recent the
+		 * last look. */
+		sib_shm_unlock(&s->lock);
+		sib_fabric_reclaim(fab);
+		sib_shm_lock(&s->lock);
+		slot = sib_free_slot(s);
 	}
 	if (slot == SIB_MAX_QPS) {
 		sib_shm_unlock(&s->lock);
@@ -681,6 +729,7 @@ int sib_fabric_remove(const char *name)
 	int rc = sib_fabric_open(&fab, name);
 	if (rc)
 		return rc;
+	sib_fabric_reclaim(&fab); /* the open may have left it to a later one */
 	sib_shm_lock(&fab.shm->lock);
 	for (unsigned i = 0; i < SIB_MAX_QPS; i++)
 		if (fab.shm->dir[i].live) {
@@ -691,6 +740,8 @@ int sib_fabric_remove(const char *name)
 	/* Still under the lock: nobody can add a QP before the name is gone. */
 	char path[256];
 	snprintf(path, sizeof(path), "%s/%s.fabric", fab.dir, fab.name);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/.reclaimed.%s", fab.dir, fab.name);
 	unlink(path);
 	sib_shm_unlock(&fab.shm->lock);
 	/* Rings left by processes that died with their QPs reclaimed above are

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "compat/softib/softib_int.h"
@@ -653,6 +654,53 @@ Test(softib, rings_of_dead_processes_on_other_fabrics_are_swept)
 	softib_reclaim(A.ctx); /* on our fabric; sweeps every fabric's rings */
 	cr_assert_neq(stat(path, &st), 0, "the dead owner's ring is gone");
 	cr_assert_eq(softib_fabric_remove(other), 0, "its directory slot is reclaimed too");
+	close(pfd[0]);
+	close(pfd[1]);
+}
+
+/* Reclaim looks at every process and file on the fabric: an open does it
+ * only when the last was a second ago or more (the mark's mtime). */
+Test(softib, an_open_reclaims_at_most_once_a_second)
+{
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	pid_t pid = softib_test_fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct end C = {0};
+		open_ctx(&C);
+		C.qp = make_qp(&C, 0);
+		uint32_t qpn = C.qp ? C.qp->qp_num : 0;
+		if (write(pfd[1], &qpn, sizeof(qpn)) != sizeof(qpn))
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	uint32_t qpn = 0;
+	cr_assert_eq(read(pfd[0], &qpn, sizeof(qpn)), (ssize_t)sizeof(qpn));
+	cr_assert_neq(qpn, 0);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	char dir[64], mark[512];
+	softib_fabric_dir(dir, sizeof(dir));
+	snprintf(mark, sizeof(mark), "%s/.reclaimed.%s", dir, fabric);
+	int fd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(futimens(fd, NULL), 0); /* a reclaim just ran */
+	close(fd);
+	struct end C = {0}, D = {0};
+	open_ctx(&C);
+	C.qp = make_qp(&C, 0);
+	cr_assert(softib_qpn_live(A.ctx, qpn), "an open and a QP reclaimed within the second");
+	struct timespec then[2];
+	cr_assert_eq(clock_gettime(CLOCK_REALTIME, &then[0]), 0);
+	then[0].tv_sec -= 2;
+	then[1] = then[0];
+	cr_assert_eq(utimensat(AT_FDCWD, mark, then, 0), 0);
+	open_ctx(&D);
+	cr_assert_not(softib_qpn_live(A.ctx, qpn), "an open two seconds after the last did not reclaim");
+	close_end(&C);
+	close_end(&D);
 	close(pfd[0]);
 	close(pfd[1]);
 }

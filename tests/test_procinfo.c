@@ -5,6 +5,7 @@
 
 #include <criterion/criterion.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,7 +35,12 @@ Test(procinfo, a_fork_child_reads_its_own_identity)
 	if (pid == 0) {
 		struct mgmt_proc child;
 		mgmt_proc_self(&child);
-		struct mgmt_proc out[2] = {child, {.start = procinfo_start_time(getpid())}};
+		struct mgmt_proc out[2];
+		memset(out, 0, sizeof(out)); /* padding too: it goes through a pipe */
+		out[0].host = child.host;
+		out[0].pid = child.pid;
+		out[0].start = child.start;
+		out[1].start = procinfo_start_time(getpid());
 		ssize_t w = write(p[1], out, sizeof(out));
 		(void)w;
 		raise(SIGKILL); /* not exit: see test_txdefer's fork case */

@@ -25,6 +25,7 @@
 #include "transport/clock.h"
 #include "preload/stream.h"
 #include "transport/log.h"
+#include "transport/mark.h"
 #include "transport/procinfo.h"
 #include "transport/rpc.h"
 #include "transport/sys.h"
@@ -81,18 +82,6 @@ static void statmap_sweep(unsigned uid)
 #define STATMAP_SWEPT_MARK STATMAP_DIR "/ferry-swept.%u"
 static uint64_t sm_swept_ns; /* 0: never (the monotonic clock counts from boot) */
 
-static bool statmap_swept_lately(const char *mark, unsigned uid)
-{
-	struct stat st;
-	struct timespec now;
-	if (stat(mark, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid ||
-	    clock_gettime(CLOCK_REALTIME, &now) != 0)
-		return false;
-	int64_t age = ((int64_t)now.tv_sec - (int64_t)st.st_mtim.tv_sec) * 1000000000ll +
-		      ((int64_t)now.tv_nsec - (int64_t)st.st_mtim.tv_nsec);
-	return age >= 0 && (uint64_t)age < STATMAP_SWEEP_EVERY_NS;
-}
-
 static void statmap_sweep_now_and_then(unsigned uid)
 {
 	uint64_t now = clock_now_ns();
@@ -100,15 +89,11 @@ static void statmap_sweep_now_and_then(unsigned uid)
 		return;
 	char mark[64];
 	snprintf(mark, sizeof(mark), STATMAP_SWEPT_MARK, uid);
-	if (!statmap_swept_lately(mark, uid)) {
+	if (!mark_fresh(mark, uid, STATMAP_SWEEP_EVERY_NS)) {
 		statmap_sweep(uid);
 		/* Another user's file under the name is left alone: we then
 		 * sweep each time, as before the mark. */
-		int fd = open(mark, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (fd >= 0) {
-			futimens(fd, NULL);
-			close(fd);
-		}
+		mark_touch(mark);
 	}
 	sm_swept_ns = now;
 }

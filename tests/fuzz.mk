@@ -19,7 +19,7 @@ fuzz_pkthdr_SRC = tests/fuzz/fuzz_pkthdr.c transport/pkthdr.c
 fuzz_mgmt_wire_SRC = tests/fuzz/fuzz_mgmt_wire.c mgmt/mgmt_wire.c
 fuzz_rendezvous_SRC = tests/fuzz/fuzz_rendezvous.c $(libferry_core_la_SOURCES)
 fuzz_softib_ring_SRC = tests/fuzz/fuzz_softib_ring.c $(SOFTIB_SOURCES) \
-	transport/sys.c transport/verbs_seam.c transport/procinfo.c transport/txdefer.c transport/log.c
+	transport/sys.c transport/verbs_seam.c transport/procinfo.c transport/mark.c transport/txdefer.c transport/log.c
 fuzz_stream_wire_SRC = tests/fuzz/fuzz_stream_wire.c tests/rpc_pair.c \
 	$(libferry_preload_la_SOURCES) $(libferry_core_la_SOURCES)
 

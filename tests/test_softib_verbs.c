@@ -583,25 +583,38 @@ Test(softib, completion_channel_wakes_another_process)
 	close(go[1]);
 }
 
-Test(softib, queues_of_a_crashed_process_are_reclaimed)
+/* Forks a process that opens a context on fabric_name (NULL: this test's),
+ * makes a QP and waits to be killed with it still up; *qpn gets its QPN. */
+static pid_t spawn_qp_owner(const char *fabric_name, uint32_t *qpn)
 {
 	int pfd[2];
 	cr_assert_eq(pipe(pfd), 0);
 	pid_t pid = softib_test_fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
+		if (fabric_name)
+			strcpy(fabric, fabric_name); /* open_ctx uses the fabric named here */
 		struct end C = {0};
 		open_ctx(&C);
 		C.qp = make_qp(&C, 0);
-		uint32_t qpn = C.qp ? C.qp->qp_num : 0;
-		if (write(pfd[1], &qpn, sizeof(qpn)) != sizeof(qpn))
+		uint32_t n = C.qp ? C.qp->qp_num : 0;
+		if (write(pfd[1], &n, sizeof(n)) != sizeof(n))
 			_exit(1);
-		pause(); /* killed with its QP still up */
+		pause();
 		_exit(0);
 	}
-	uint32_t qpn = 0;
-	cr_assert_eq(read(pfd[0], &qpn, sizeof(qpn)), (ssize_t)sizeof(qpn));
-	cr_assert_neq(qpn, 0);
+	*qpn = 0;
+	cr_assert_eq(read(pfd[0], qpn, sizeof(*qpn)), (ssize_t)sizeof(*qpn));
+	close(pfd[0]);
+	close(pfd[1]);
+	cr_assert_neq(*qpn, 0);
+	return pid;
+}
+
+Test(softib, queues_of_a_crashed_process_are_reclaimed)
+{
+	uint32_t qpn;
+	pid_t pid = spawn_qp_owner(NULL, &qpn);
 	cr_assert(softib_qpn_live(A.ctx, qpn));
 	cr_assert_eq(softib_reclaim(A.ctx), 0, "a live process keeps its queues");
 	kill(pid, SIGKILL);
@@ -618,31 +631,14 @@ Test(softib, queues_of_a_crashed_process_are_reclaimed)
 	cr_assert_eq(send_to(&A, ah_to_b, qpn, QKEY, 0, 8, A.mr->lkey, IBV_SEND_SIGNALED, 1), 0);
 	struct ibv_wc wc;
 	cr_assert_eq(poll_one(A.scq, &wc), 1);
-	close(pfd[0]);
-	close(pfd[1]);
 }
 
 Test(softib, rings_of_dead_processes_on_other_fabrics_are_swept)
 {
 	char other[128];
 	softib_test_fabric(other, sizeof(other), "other");
-	int pfd[2];
-	cr_assert_eq(pipe(pfd), 0);
-	pid_t pid = softib_test_fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		strcpy(fabric, other); /* open_ctx uses the fabric named here */
-		struct end C = {0};
-		open_ctx(&C);
-		C.qp = make_qp(&C, 0);
-		uint32_t qpn = C.qp ? C.qp->qp_num : 0;
-		if (write(pfd[1], &qpn, sizeof(qpn)) != sizeof(qpn))
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	uint32_t qpn = 0;
-	cr_assert_eq(read(pfd[0], &qpn, sizeof(qpn)), (ssize_t)sizeof(qpn));
+	uint32_t qpn;
+	pid_t pid = spawn_qp_owner(other, &qpn);
 	char dir[64], path[512];
 	softib_fabric_dir(dir, sizeof(dir));
 	snprintf(path, sizeof(path), "%s/%s.qp.%06x", dir, other, qpn);
@@ -654,31 +650,14 @@ Test(softib, rings_of_dead_processes_on_other_fabrics_are_swept)
 	softib_reclaim(A.ctx); /* on our fabric; sweeps every fabric's rings */
 	cr_assert_neq(stat(path, &st), 0, "the dead owner's ring is gone");
 	cr_assert_eq(softib_fabric_remove(other), 0, "its directory slot is reclaimed too");
-	close(pfd[0]);
-	close(pfd[1]);
 }
 
 /* Reclaim looks at every process and file on the fabric: an open does it
  * only when the last was a second ago or more (the mark's mtime). */
 Test(softib, an_open_reclaims_at_most_once_a_second)
 {
-	int pfd[2];
-	cr_assert_eq(pipe(pfd), 0);
-	pid_t pid = softib_test_fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		struct end C = {0};
-		open_ctx(&C);
-		C.qp = make_qp(&C, 0);
-		uint32_t qpn = C.qp ? C.qp->qp_num : 0;
-		if (write(pfd[1], &qpn, sizeof(qpn)) != sizeof(qpn))
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	uint32_t qpn = 0;
-	cr_assert_eq(read(pfd[0], &qpn, sizeof(qpn)), (ssize_t)sizeof(qpn));
-	cr_assert_neq(qpn, 0);
+	uint32_t qpn;
+	pid_t pid = spawn_qp_owner(NULL, &qpn);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	char dir[64], mark[512];
@@ -701,8 +680,6 @@ Test(softib, an_open_reclaims_at_most_once_a_second)
 	cr_assert_not(softib_qpn_live(A.ctx, qpn), "an open two seconds after the last did not reclaim");
 	close_end(&C);
 	close_end(&D);
-	close(pfd[0]);
-	close(pfd[1]);
 }
 
 Test(softib, queues_of_a_process_that_execs_are_reclaimed)

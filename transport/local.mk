@@ -20,6 +20,7 @@ libferry_core_la_SOURCES += transport/rpc_client.c transport/rpc_server.c transp
 libferry_core_la_SOURCES += transport/nic_udp.c transport/nic_udp.h transport/nic_udp_internal.h transport/nic_udp_gso.c \
 	transport/udp_bind.c transport/udp_bind.h
 libferry_core_la_SOURCES += transport/procinfo.c transport/procinfo.h
+libferry_core_la_SOURCES += transport/mark.c transport/mark.h
 libferry_core_la_SOURCES += transport/txdefer.c transport/txdefer.h
 libferry_core_la_SOURCES += transport/nic.c
 # The verbs datapaths (ib, softib) need libibverbs; without it they refuse

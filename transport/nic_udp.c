@@ -591,12 +591,12 @@ static void nic_udp_route_fixup(const struct nic *nic, struct nic_route *route,
 	}
 }
 
-/* Sets one socket buffer as large as allowed; returns what the kernel gave,
- * in the units setsockopt takes (getsockopt reports double, for overhead). */
 /* Set once the FORCE options were refused (no CAP_NET_ADMIN): not asked
  * again for every peer's socket, nor in a fork child (atomic). */
 static int nic_udp_force_refused;
 
+/* Sets one socket buffer as large as allowed; returns what the kernel gave,
+ * in the units setsockopt takes (getsockopt reports double, for overhead). */
 static int nic_udp_grow_buffer(int fd, int force_opt, int opt)
 {
 	int want = NIC_UDP_SOCKBUF;

@@ -305,7 +305,8 @@ void txdefer_close(int fd)
 	if (txdefer_graves < TXDEFER_GRAVES) {
 		/* The number stays taken until the last datagram for it has
 		 * gone, so none can reach a socket that reuses it. The holder
-		 * closes it when it sends them. */
+		 * closes it after its send, unless that send raced this: then
+		 * the next thread's send does. */
 		txdefer_grave[txdefer_graves] = fd;
 		__atomic_store_n(&txdefer_graves, txdefer_graves + 1, __ATOMIC_SEQ_CST);
 		pthread_mutex_unlock(&txdefer_reg_lock);

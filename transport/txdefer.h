@@ -61,7 +61,9 @@ bool txdefer_quiesce(void);
 bool txdefer_quiesce_fd(int fd);
 /* Closes fd, under the same condition as txdefer_quiesce_fd, without
  * waiting: while another thread still holds a datagram for it, fd stays
- * open (its number taken) and that thread closes it when it sends them.
+ * open (its number taken), and the first thread to send after that one
+ * has sent its datagrams (usually that very thread) closes it; so does
+ * txdefer_quiesce.
  * A management thread closing a gone peer's socket yielded its CPU over
  * and over to an application thread that had the peer's last packets
  * staged: often the very thread its lock wait had just preempted. */

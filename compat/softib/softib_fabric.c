@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "compat/softib/softib_int.h"
+#include "transport/mark.h"
 #include "transport/procinfo.h"
 #include "transport/sys.h"
 #include "transport/txdefer.h"
@@ -126,20 +127,9 @@ static bool sib_reclaim_due(const struct sib_fabric *fab)
 	 * fabric: the fabric's own layout stays as every softib knows it. */
 	char mark[sizeof(fab->dir) + sizeof(fab->name) + 16];
 	snprintf(mark, sizeof(mark), "%s/.reclaimed.%s", fab->dir, fab->name);
-	struct stat st;
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	if (stat(mark, &st) == 0) {
-		int64_t age = ((int64_t)now.tv_sec - (int64_t)st.st_mtim.tv_sec) * 1000000000ll +
-			      ((int64_t)now.tv_nsec - (int64_t)st.st_mtim.tv_nsec);
-		if (age >= 0 && (uint64_t)age < SIB_RECLAIM_EVERY_NS)
-			return false;
-	}
-	int fd = open(mark, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd >= 0) {
-		futimens(fd, NULL);
-		sys()->close(fd);
-	}
+	if (mark_fresh(mark, (unsigned)getuid(), SIB_RECLAIM_EVERY_NS))
+		return false;
+	mark_touch(mark);
 	return true;
 }
 

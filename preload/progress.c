@@ -74,10 +74,17 @@ static int progress_arm(void)
 	return rc == 0 ? fd : -1;
 }
 
+static bool progress_rx_drained(void)
+{
+	struct rpc *rpc = pg_rpc;
+	return rpc && rpc_rx_drained(rpc);
+}
+
 static const struct wait_progress_ops pg_ops = {
 	.run = progress_run,
 	.arm = progress_arm,
 	.flush = ferry_flush,
+	.rx_drained = progress_rx_drained,
 };
 
 void progress_note_deferred(void)

@@ -8,6 +8,8 @@
 
 #include <criterion/criterion.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <unistd.h>
 
@@ -117,4 +119,61 @@ Test(wait_spin, a_short_poll_timeout_ends_the_spin)
 	close(fd);
 	cr_expect_geq(took, 1000000u, "poll returned before its 1 ms timeout");
 	cr_expect_gt(__atomic_load_n(&runs, __ATOMIC_RELAXED) - before, 0, "the spin did not turn");
+}
+
+/* Runs on the test's CPU until told to stop: whoever yields that CPU lets it run. */
+static bool hog_stop;
+
+static void *hog(void *arg)
+{
+	cpu_set_t *cpu = arg;
+	pthread_setaffinity_np(pthread_self(), sizeof(*cpu), cpu);
+	while (!__atomic_load_n(&hog_stop, __ATOMIC_RELAXED))
+		;
+	return NULL;
+}
+
+/* Spins that found their event, but only once their yields had let another
+ * thread run, count as spent: on a short CPU a spin is a sleep that costs
+ * the others their turns. */
+Test(wait_spin, finding_the_event_after_ceding_the_cpu_stops_the_spin)
+{
+	cpu_set_t mine, one;
+	cr_assert_eq(pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine), 0);
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &mine)) {
+			CPU_SET(c, &one);
+			break;
+		}
+	cr_assert_eq(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+	pthread_t th;
+	__atomic_store_n(&hog_stop, false, __ATOMIC_RELAXED);
+	cr_assert_eq(pthread_create(&th, NULL, hog, &one), 0);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(wait_spin_us(), SPIN_US);
+		/* Idle turns: every sixteenth yields, to the hog. */
+		for (int t = 0; t < 32; t++)
+			wait_spin_once();
+		wait_spin_outcome(true);
+	}
+	__atomic_store_n(&hog_stop, true, __ATOMIC_RELAXED);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	pthread_setaffinity_np(pthread_self(), sizeof(mine), &mine);
+	unsigned spun = 0, asked = 32;
+	for (unsigned i = 0; i < asked; i++)
+		spun += wait_spin_us() != 0;
+	cr_expect_eq(spun, asked / 16, "%u of %u waits spun after four spins that ceded the CPU",
+		     spun, asked);
+}
+
+/* Without anyone to yield to, a spin that finds its event keeps spinning. */
+Test(wait_spin, finding_the_event_without_ceding_keeps_the_spin)
+{
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(wait_spin_us(), SPIN_US);
+		wait_spin_once();
+		wait_spin_outcome(true);
+	}
+	cr_expect_eq(wait_spin_us(), SPIN_US);
 }

@@ -118,6 +118,11 @@ struct nic {
 	uint32_t max_session_credits; /* 0, or the credits a session may have at
 					 most: its receive queue was sized for them */
 	struct ferry_stats *stats;  /* counters the nic may bump (drops, pkts) */
+	/* The last receive system call left nothing queued, so whatever has
+	 * come since woke notify_fd. Written under the endpoint lock by
+	 * rx_burst; read without it. Datapaths that receive without a system
+	 * call leave it false. */
+	bool rx_drained;
 };
 
 typedef struct nic *nic_open_fn(const struct ferry_config *cfg, struct ferry_stats *stats,

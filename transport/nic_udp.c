@@ -439,8 +439,14 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	unsigned k = u->rx_filled < want ? u->rx_filled : want;
 	if (k == 0)
 		return n;
-	int r = u->rx_sparse ? nic_udp_recv_one(u)
-			     : sys()->recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
+	bool one = u->rx_sparse;
+	int r = one ? nic_udp_recv_one(u)
+		    : sys()->recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
+	/* A receive that took fewer than it asked for emptied the socket; a
+	 * lone one that got its datagram cannot tell. */
+	bool empty = r == 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) ||
+		     (!one && r > 0 && (unsigned)r < k);
+	__atomic_store_n(&nic->rx_drained, empty, __ATOMIC_RELAXED);
 	if (r <= 0) {
 		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			ferry_log_once(FERRY_LOG_WARN, "udp: receive failed: %s", strerror(errno));

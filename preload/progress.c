@@ -285,6 +285,7 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spi
 		pg_efd = -1;
 		return -rc;
 	}
+	wait_set_ceded_spins_spent(rpc_rx_syscall(rpc));
 	wait_set_progress(&pg_ops, spin_us);
 	return 0;
 }

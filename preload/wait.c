@@ -267,6 +267,12 @@ void wait_flush(void)
 /* This thread's spin under way gave its CPU to another thread at a yield
  * (see wait_spin_outcome). */
 static __thread bool wait_spin_ceded __attribute__((tls_model("initial-exec")));
+static bool wait_ceded_spent; /* atomic */
+
+void wait_set_ceded_spins_spent(bool spent)
+{
+	__atomic_store_n(&wait_ceded_spent, spent, __ATOMIC_RELAXED);
+}
 
 /* A yield that returns later than this ran someone else meanwhile: a
  * yield that finds nobody to run returns within a microsecond or two. */
@@ -326,10 +332,11 @@ int wait_arm(void)
  * spin again every WAIT_SPIN_PROBE-th wait, until one finds its event. A
  * peer that answers within the spin keeps it; one that is slow (or waits
  * for the CPU this thread would spin on) stops it. So does a spin that
- * found its event only after one of its yields let another thread run:
- * the CPU is short, and the spin was a sleep that cost the others its
- * turns (pgbench -S -c 8 over udp, eight backends on two cores: 6-9% more
- * transactions with no spin than with spins that found their query).
+ * found its event only after one of its yields let another thread run,
+ * where that counts (wait_set_ceded_spins_spent): the CPU is short, and
+ * the spin was a sleep that cost the others its turns (pgbench -S -c 8
+ * over udp, eight backends on two cores: 6-9% more transactions with no
+ * spin than with spins that found their query).
  */
 #define WAIT_SPIN_MISSES 4
 #define WAIT_SPIN_PROBE 16
@@ -354,7 +361,7 @@ void wait_spin_outcome(bool found)
 	 * again. */
 	if (found && w && w->nic.kept)
 		wait_nic_remove(w->epfd, &w->nic);
-	if (found && !wait_spin_ceded)
+	if (found && !(wait_spin_ceded && __atomic_load_n(&wait_ceded_spent, __ATOMIC_RELAXED)))
 		wait_spin_misses = 0;
 	else if (wait_spin_misses < WAIT_SPIN_MISSES)
 		wait_spin_misses++;

@@ -118,6 +118,9 @@ struct nic {
 	uint32_t max_session_credits; /* 0, or the credits a session may have at
 					 most: its receive queue was sized for them */
 	struct ferry_stats *stats;  /* counters the nic may bump (drops, pkts) */
+	/* rx_burst is a system call (the kernel's socket), not a read of
+	 * memory: a look that finds nothing has a price. */
+	bool rx_syscall;
 	/* The last receive system call left nothing queued, so whatever has
 	 * come since woke notify_fd. Written under the endpoint lock by
 	 * rx_burst; read without it. Datapaths that receive without a system

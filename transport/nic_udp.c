@@ -943,6 +943,7 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 	u->fd = -1;
 	u->base.ops = &nic_udp_ops;
 	u->base.name = "udp";
+	u->base.rx_syscall = true;
 	u->base.stats = stats;
 	unsigned mtu = cfg && cfg->mtu ? cfg->mtu : NIC_UDP_MAX_PAYLOAD;
 	if (mtu > NIC_UDP_MAX_PAYLOAD)

@@ -303,6 +303,7 @@ uint64_t rpc_pass_clock(const struct rpc *rpc) { return rpc->now_ns; }
 
 int rpc_notify_fd(const struct rpc *rpc) { return nic_notify_fd(rpc->nic); }
 int rpc_arm_notify(struct rpc *rpc) { return nic_arm_notify(rpc->nic); }
+bool rpc_rx_syscall(const struct rpc *rpc) { return rpc->nic->rx_syscall; }
 bool rpc_rx_drained(const struct rpc *rpc)
 {
 	return __atomic_load_n(&rpc->nic->rx_drained, __ATOMIC_RELAXED);

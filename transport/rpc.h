@@ -115,6 +115,8 @@ int rpc_arm_notify(struct rpc *rpc);
  * rx_drained): a sleep on rpc_notify_fd() ends at once for anything since,
  * so a look before it would only cost a system call. Without the lock. */
 bool rpc_rx_drained(const struct rpc *rpc);
+/* Whether each look at the nic is a system call (nic.h rx_syscall). */
+bool rpc_rx_syscall(const struct rpc *rpc);
 
 /* --- Session management, for mgmt/ (lock held). --- */
 

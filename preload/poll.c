@@ -100,6 +100,10 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 	}
 	unsigned spin_us = wait_spin_us();
 	uint64_t spin_end = clock_now_ns() + (uint64_t)spin_us * 1000u;
+	/* A spin the call's timeout cuts short says nothing of the peer; one
+	 * that had its whole time does, even if preemption then took it past
+	 * the timeout as well. */
+	bool whole = spin_end <= deadline;
 	if (deadline < spin_end)
 		spin_end = deadline;
 	for (unsigned i = 0; spin_us && !wait_spin_over(i, spin_end); i++) {
@@ -121,7 +125,7 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 			}
 		}
 	}
-	if (spin_us && clock_now_ns() < deadline)
+	if (spin_us && whole)
 		wait_spin_outcome(false);
 	struct waiter *w = wait_self();
 	for (;;) {

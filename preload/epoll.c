@@ -746,8 +746,10 @@ static int ep_kernel(struct fepoll *ep, struct epoll_event *ev, int max, int tim
 	/* A hint shared by the instance's waiters; a stale value only moves
 	 * one look at the kernel. */
 	__atomic_store_n(&ep->kernel_hot, k > 0, __ATOMIC_RELAXED);
-	if (notified)
+	if (notified) {
+		wait_rx_notified();
 		wait_progress_run();
+	}
 	return k;
 }
 

@@ -80,11 +80,19 @@ static bool progress_rx_drained(void)
 	return rpc && rpc_rx_drained(rpc);
 }
 
+static void progress_rx_notified(void)
+{
+	struct rpc *rpc = pg_rpc;
+	if (rpc)
+		rpc_rx_notified(rpc);
+}
+
 static const struct wait_progress_ops pg_ops = {
 	.run = progress_run,
 	.arm = progress_arm,
 	.flush = ferry_flush,
 	.rx_drained = progress_rx_drained,
+	.rx_notified = progress_rx_notified,
 };
 
 void progress_note_deferred(void)
@@ -249,6 +257,8 @@ static void *progress_main(void *arg)
 		}
 		if (__atomic_exchange_n(&pg_dump, 0, __ATOMIC_RELAXED))
 			ferry_stats_dump();
+		if (notified)
+			rpc_rx_notified(rpc);
 		if (notified && rpc_trylock(rpc)) {
 			txdefer_begin();
 			progress_pass(rpc);

@@ -257,6 +257,13 @@ bool wait_rx_drained(void)
 	return ops && ops->rx_drained && ops->rx_drained();
 }
 
+void wait_rx_notified(void)
+{
+	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
+	if (ops && ops->rx_notified)
+		ops->rx_notified();
+}
+
 void wait_flush(void)
 {
 	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
@@ -405,8 +412,10 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 			ready |= ev[i].data.ptr == &wait_efd_tag;
 		wait_consume(w, ready);
 		for (int i = 0; i < k; i++)
-			if (ev[i].data.ptr == &wait_notify_tag && ops)
+			if (ev[i].data.ptr == &wait_notify_tag && ops) {
+				wait_rx_notified();
 				ops->run();
+			}
 		return 0;
 	}
 	unsigned n = nk;
@@ -430,8 +439,10 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 		mine += kfds[i].revents != 0;
 	if (w)
 		wait_consume(w, kfds[nk].revents != 0);
-	if (nfd >= 0 && kfds[n - 1].revents && ops)
+	if (nfd >= 0 && kfds[n - 1].revents && ops) {
+		wait_rx_notified();
 		ops->run();
+	}
 	return mine;
 }
 

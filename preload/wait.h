@@ -93,14 +93,19 @@ struct wait_progress_ops {
 	unsigned (*run)(void); /* packets received, 0 also when another thread runs it */
 	int (*arm)(void);
 	void (*flush)(void); /* sends what the application queued */
-	/* Optional: the nic's last look found it empty (rpc_rx_drained). */
+	/* Optional: the nic's last look found it empty (rpc_rx_drained), and
+	 * a wake-up from the nic's fd was taken (rpc_rx_notified). */
 	bool (*rx_drained)(void);
+	void (*rx_notified)(void);
 };
 void wait_set_progress(const struct wait_progress_ops *ops, unsigned spin_us);
 unsigned wait_progress_run(void);
 /* Whether a look at the nic before sleeping on its fd can be skipped:
  * its last look found nothing left, and the fd wakes for what came since. */
 bool wait_rx_drained(void);
+/* Called by whoever takes a wake-up from the nic's fd, before running the
+ * loop for it: its packets stay queued if that run finds the loop busy. */
+void wait_rx_notified(void);
 /* Around an application thread's sleep in the kernel with the nic's fd
  * armed and watched: a packet for this process wakes that thread, which runs
  * the loop, so the progress thread need not look in on its behalf. */

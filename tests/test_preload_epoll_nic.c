@@ -452,6 +452,25 @@ static bool nic_drained(void)
 static const struct wait_progress_ops drained_ops = {
 	.run = nic_run, .arm = nic_arm, .rx_drained = nic_drained};
 
+/* Wake-ups from the nic's fd said to the nic, and passes run after one. */
+static unsigned notices, passes_after_notice;
+
+static void nic_noticed(void)
+{
+	__atomic_add_fetch(&notices, 1, __ATOMIC_RELAXED);
+}
+
+static unsigned nic_run_after_notice(void)
+{
+	if (__atomic_load_n(&notices, __ATOMIC_RELAXED))
+		__atomic_add_fetch(&passes_after_notice, 1, __ATOMIC_RELAXED);
+	return nic_run();
+}
+
+static const struct wait_progress_ops noticing_ops = {
+	.run = nic_run_after_notice, .arm = nic_arm, .rx_drained = nic_drained,
+	.rx_notified = nic_noticed};
+
 /* Passes of the loop an epoll_wait with nothing ready runs before it
  * sleeps (without spinning), the nic's last look having found it empty or
  * not. */
@@ -481,4 +500,31 @@ Test(epoll_nic, no_look_at_an_emptied_nic_before_a_sleep_on_it)
 	cr_expect_eq(passes_before_sleep(true), 0, "a look at a nic found empty before sleeping");
 	cr_expect_eq(passes_before_sleep(false), 1,
 		     "no look at a nic that may hold packets before sleeping");
+}
+
+/* A sleeper the nic's fd woke says so before it runs the loop: if that run
+ * finds the loop busy, the packet stays queued while the nic's last look
+ * still says empty, and the next wait must look rather than sleep on an
+ * edge already taken. */
+Test(epoll_nic, a_wake_up_from_the_nic_is_said_before_its_pass)
+{
+	__atomic_store_n(&nic_was_drained, true, __ATOMIC_RELAXED);
+	wait_set_progress(&noticing_ops, 0);
+	struct ffile *f;
+	int ep = ferry_instance(&f);
+	struct sleeper s = {.ep = ep};
+	cr_assert_eq(pthread_create(&s.th, NULL, sleep_on, &s), 0);
+	cr_assert(nic_sleeping_becomes(true));
+	uint64_t one = 1, v;
+	cr_assert_eq(write(nic_fd, &one, sizeof(one)), (ssize_t)sizeof(one));
+	for (int i = 0; i < 5000 && !__atomic_load_n(&passes_after_notice, __ATOMIC_RELAXED); i++)
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	cr_expect_gt(__atomic_load_n(&notices, __ATOMIC_RELAXED), 0, "the wake-up was not said");
+	cr_expect_gt(__atomic_load_n(&passes_after_notice, __ATOMIC_RELAXED), 0,
+		     "no pass ran after the wake-up was said");
+	ffile_notify(f, EPOLLIN, EPOLLIN);
+	cr_assert_eq(pthread_join(s.th, NULL), 0);
+	cr_assert_eq(s.got, 1);
+	cr_assert_eq(read(nic_fd, &v, sizeof(v)), (ssize_t)sizeof(v));
+	close(ep);
 }

@@ -112,3 +112,22 @@ struct nic *nic_open(const struct ferry_config *cfg, struct ferry_stats *stats, 
 	}
 	return t->open(cfg, stats, err, msg, msglen);
 }
+
+/* A look numbered after a taken wake-up began after that wake-up's packet
+ * was queued, so it saw the packet; the look a wake-up's taker read may
+ * have come before the packet. */
+bool nic_rx_drained(const struct nic *n)
+{
+	uint64_t look = __atomic_load_n(&n->rx_looks, __ATOMIC_ACQUIRE);
+	return look && __atomic_load_n(&n->rx_empty_look, __ATOMIC_ACQUIRE) == look &&
+	       __atomic_load_n(&n->rx_notified_look, __ATOMIC_ACQUIRE) != look;
+}
+
+void nic_rx_notified(struct nic *n)
+{
+	uint64_t look = __atomic_load_n(&n->rx_looks, __ATOMIC_ACQUIRE);
+	uint64_t seen = __atomic_load_n(&n->rx_notified_look, __ATOMIC_RELAXED);
+	while (seen < look && !__atomic_compare_exchange_n(&n->rx_notified_look, &seen, look, false,
+							     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		;
+}

@@ -121,11 +121,14 @@ struct nic {
 	/* rx_burst is a system call (the kernel's socket), not a read of
 	 * memory: a look that finds nothing has a price. */
 	bool rx_syscall;
-	/* The last receive system call left nothing queued, so whatever has
-	 * come since woke notify_fd. Written under the endpoint lock by
-	 * rx_burst; read without it. Datapaths that receive without a system
-	 * call leave it false. */
-	bool rx_drained;
+	/* Receive system calls begun, and the number of the last if it left
+	 * nothing queued (else 0): then whatever came since woke notify_fd.
+	 * Written under the endpoint lock by rx_burst; read without it.
+	 * Datapaths that receive without a system call leave both 0. */
+	uint64_t rx_looks, rx_empty_look;
+	/* rx_looks as a thread took a wake-up from notify_fd (rpc_rx_notified):
+	 * that wake-up's packets may still be queued if it ran no look. */
+	uint64_t rx_notified_look;
 };
 
 typedef struct nic *nic_open_fn(const struct ferry_config *cfg, struct ferry_stats *stats,
@@ -189,6 +192,12 @@ static inline void nic_post_recvs(struct nic *n, void *const *bufs, unsigned c)
 static inline void nic_flush(struct nic *n) { n->ops->flush(n); }
 static inline int nic_notify_fd(const struct nic *n) { return n->ops->notify_fd(n); }
 static inline int nic_arm_notify(struct nic *n) { return n->ops->arm_notify(n); }
+/* Whether the last look left nothing queued and no wake-up from notify_fd
+ * was taken since it began: a sleep on notify_fd then stands for a look.
+ * Without the endpoint lock. */
+bool nic_rx_drained(const struct nic *n);
+/* Records that a thread took a wake-up from notify_fd (any thread). */
+void nic_rx_notified(struct nic *n);
 static inline int nic_reg_mem(struct nic *n, void *a, size_t l, struct nic_mr *mr)
 {
 	return n->ops->reg_mem(n, a, l, mr);

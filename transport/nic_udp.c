@@ -440,13 +440,14 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	if (k == 0)
 		return n;
 	bool one = u->rx_sparse;
+	uint64_t look = __atomic_add_fetch(&nic->rx_looks, 1, __ATOMIC_ACQ_REL);
 	int r = one ? nic_udp_recv_one(u)
 		    : sys()->recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
 	/* A receive that took fewer than it asked for emptied the socket; a
 	 * lone one that got its datagram cannot tell. */
 	bool empty = r == 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) ||
 		     (!one && r > 0 && (unsigned)r < k);
-	__atomic_store_n(&nic->rx_drained, empty, __ATOMIC_RELAXED);
+	__atomic_store_n(&nic->rx_empty_look, empty ? look : 0, __ATOMIC_RELEASE);
 	if (r <= 0) {
 		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			ferry_log_once(FERRY_LOG_WARN, "udp: receive failed: %s", strerror(errno));

@@ -304,10 +304,8 @@ uint64_t rpc_pass_clock(const struct rpc *rpc) { return rpc->now_ns; }
 int rpc_notify_fd(const struct rpc *rpc) { return nic_notify_fd(rpc->nic); }
 int rpc_arm_notify(struct rpc *rpc) { return nic_arm_notify(rpc->nic); }
 bool rpc_rx_syscall(const struct rpc *rpc) { return rpc->nic->rx_syscall; }
-bool rpc_rx_drained(const struct rpc *rpc)
-{
-	return __atomic_load_n(&rpc->nic->rx_drained, __ATOMIC_RELAXED);
-}
+bool rpc_rx_drained(const struct rpc *rpc) { return nic_rx_drained(rpc->nic); }
+void rpc_rx_notified(struct rpc *rpc) { nic_rx_notified(rpc->nic); }
 
 void rpc_local_route(const struct rpc *rpc, struct nic_route *out) { nic_local_route(rpc->nic, out); }
 struct nic *rpc_nic(const struct rpc *rpc) { return rpc->nic; }

@@ -115,6 +115,9 @@ int rpc_arm_notify(struct rpc *rpc);
  * rx_drained): a sleep on rpc_notify_fd() ends at once for anything since,
  * so a look before it would only cost a system call. Without the lock. */
 bool rpc_rx_drained(const struct rpc *rpc);
+/* A thread took a wake-up from rpc_notify_fd(): until a look begins after
+ * this, rpc_rx_drained() says no. Without the lock. */
+void rpc_rx_notified(struct rpc *rpc);
 /* Whether each look at the nic is a system call (nic.h rx_syscall). */
 bool rpc_rx_syscall(const struct rpc *rpc);
 

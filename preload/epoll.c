@@ -858,12 +858,12 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 		if (spin_us && spin_end < deadline && !wait_spin_clock_turn(i))
 			continue;
 		uint64_t now = clock_now_ns();
-		/* Time is up before the kernel's turn came (a zero timeout): its
-		 * fds get one look all the same. */
 		/* A spin that had its whole time ran out, even if preemption
 		 * took it past the call's timeout as well. */
 		if (now >= deadline && spin_us && now >= spin_end && spin_end <= deadline)
 			wait_spin_outcome(false);
+		/* Time is up before the kernel's turn came (a zero timeout): its
+		 * fds get one look all the same. */
 		if (now >= deadline && i % EP_KERNEL_EVERY != EP_KERNEL_EVERY - 1)
 			return ep_kernel(ep, events, max, 0, NULL, false);
 		if (now >= deadline)

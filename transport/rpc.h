@@ -111,9 +111,10 @@ uint64_t rpc_pass_clock(const struct rpc *rpc);
 /* Sleeping: rpc_arm_notify() then poll(rpc_notify_fd()) if it returned 0. */
 int rpc_notify_fd(const struct rpc *rpc);
 int rpc_arm_notify(struct rpc *rpc);
-/* Whether the nic's last receive system call found nothing left (nic.h
- * rx_drained): a sleep on rpc_notify_fd() ends at once for anything since,
- * so a look before it would only cost a system call. Without the lock. */
+/* Whether the nic's last receive system call found nothing left and no
+ * wake-up was taken since it began (nic_rx_drained): a sleep on
+ * rpc_notify_fd() ends at once for anything since, so a look before it
+ * would only cost a system call. Without the lock. */
 bool rpc_rx_drained(const struct rpc *rpc);
 /* A thread took a wake-up from rpc_notify_fd(): until a look begins after
  * this, rpc_rx_drained() says no. Without the lock. */

@@ -444,9 +444,9 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	int r = one ? nic_udp_recv_one(u)
 		    : sys()->recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
 	/* A receive that took fewer than it asked for emptied the socket; a
-	 * lone one that got its datagram cannot tell. */
-	bool empty = r == 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) ||
-		     (!one && r > 0 && (unsigned)r < k);
+	 * lone one that got its datagram cannot tell. One that failed found
+	 * the queue empty: a socket reports its error only then. */
+	bool empty = r <= 0 || (!one && (unsigned)r < k);
 	__atomic_store_n(&nic->rx_empty_look, empty ? look : 0, __ATOMIC_RELEASE);
 	if (r <= 0) {
 		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
@@ -498,10 +498,13 @@ static int nic_udp_notify_fd(const struct nic *nic)
  * would only cost a system call. (A caller that holds every receive buffer
  * will see the fd readable and rx_burst return 0 until it posts some back.)
  */
+/* Sleepers watch the socket edge triggered, so a datagram queued behind
+ * the last look (a lone receive, one that took all it asked for, or a
+ * wake-up taken and no look since) would wake nobody: a look first. */
 static int nic_udp_arm_notify(struct nic *nic)
 {
 	const struct nic_udp *u = nic_udp_of(nic);
-	return u->pending_n || u->rx_next < u->rx_ready ? 1 : 0;
+	return u->pending_n || u->rx_next < u->rx_ready || !nic_rx_drained(nic) ? 1 : 0;
 }
 
 /* Nothing to pin: the kernel copies from user memory on every send. */
@@ -975,6 +978,10 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 	void *m = mmap(NULL, u->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		return nic_udp_fail(u, -errno, err, msg, msglen, "cannot map receive buffers");
+	/* A fork child starts a nic of its own: sharing these would only
+	 * make each of the parent's receives after a fork a copy-on-write
+	 * fault (postgres forks a backend per connection). */
+	madvise(m, u->map_len, MADV_DONTFORK);
 	u->bufs = m;
 	/* Low buffers on top, so light traffic keeps reusing the same few pages. */
 	for (unsigned i = 0; i < NIC_UDP_RX_BUFS; i++)

@@ -500,11 +500,16 @@ static int nic_udp_notify_fd(const struct nic *nic)
  */
 /* Sleepers watch the socket edge triggered, so a datagram queued behind
  * the last look (a lone receive, one that took all it asked for, or a
- * wake-up taken and no look since) would wake nobody: a look first. */
+ * wake-up taken and no look since) would wake nobody: a look first, if
+ * there is a buffer to look with (else the sleep waits for one to come
+ * back, as before: asking would only spin the caller). */
 static int nic_udp_arm_notify(struct nic *nic)
 {
 	const struct nic_udp *u = nic_udp_of(nic);
-	return u->pending_n || u->rx_next < u->rx_ready || !nic_rx_drained(nic) ? 1 : 0;
+	if (u->pending_n || u->rx_next < u->rx_ready)
+		return 1;
+	bool can_look = u->rx_filled || u->nfree;
+	return can_look && !nic_rx_drained(nic) ? 1 : 0;
 }
 
 /* Nothing to pin: the kernel copies from user memory on every send. */

@@ -112,6 +112,23 @@ Test(nic_udp, burst_of_64_in_one_call, .timeout = 30)
  * sleep on the notify fd may then stand for a look (preload's epoll skips
  * one). Only a receive that took fewer than it asked for can tell, and a
  * wake-up taken from the fd since that receive began unsays it. */
+/* n datagrams from a to b, of sizes 9000 + i (apart: n datagrams, not one
+ * segmented send), their contents fill(i); returns once b's socket has them. */
+static void send_apart(struct pair *p, uint32_t n)
+{
+	static uint8_t bufs[4][9100], head[32];
+	cr_assert_leq(n, 4);
+	for (uint32_t i = 0; i < n; i++) {
+		fill(bufs[i], 9000 + i, i);
+		struct nic_tx tx;
+		make_tx(&tx, p->a_to_b, bufs[i], 9000 + i, head);
+		cr_assert_eq(nic_tx_burst(p->a, &tx, 1), 1);
+		nic_flush(p->a);
+	}
+	struct pollfd pf = {.fd = nic_notify_fd(p->b), .events = POLLIN};
+	cr_assert_eq(poll(&pf, 1, 5000), 1);
+}
+
 Test(nic_udp, a_receive_says_when_it_emptied_the_socket, .timeout = 30)
 {
 	struct pair p;
@@ -123,17 +140,7 @@ Test(nic_udp, a_receive_says_when_it_emptied_the_socket, .timeout = 30)
 	cr_expect_not(nic_rx_drained(p.b), "drained after a wake-up taken since the look");
 	cr_assert_eq(nic_rx_burst(p.b, rx, 64), 0);
 	cr_expect(nic_rx_drained(p.b), "a look after the wake-up did not say drained");
-	static uint8_t bufs[4][9100], head[32];
-	for (uint32_t i = 0; i < 4; i++) {
-		/* Sizes apart: four datagrams, not one segmented send. */
-		fill(bufs[i], 9000 + i, i);
-		struct nic_tx tx;
-		make_tx(&tx, p.a_to_b, bufs[i], 9000 + i, head);
-		cr_assert_eq(nic_tx_burst(p.a, &tx, 1), 1);
-		nic_flush(p.a);
-	}
-	struct pollfd pf = {.fd = nic_notify_fd(p.b), .events = POLLIN};
-	cr_assert_eq(poll(&pf, 1, 5000), 1);
+	send_apart(&p, 4);
 	/* After a quiet spell one datagram is taken alone: more may wait. */
 	cr_assert_eq(nic_rx_burst(p.b, rx, 64), 1);
 	cr_expect_not(nic_rx_drained(p.b), "a lone receive claimed the socket empty");
@@ -158,24 +165,15 @@ Test(nic_udp, arming_asks_for_a_look_while_datagrams_may_be_queued, .timeout = 3
 	struct nic_rx rx[64];
 	cr_expect_eq(nic_arm_notify(p.b), 1, "armed for a sleep before any look");
 	cr_assert_eq(nic_rx_burst(p.b, rx, 64), 0);
-	cr_expect_eq(nic_arm_notify(p.b), 0, "an empty look does not let the caller sleep");
+	cr_expect_eq(nic_arm_notify(p.b), 0, "an empty look did not let the caller sleep");
 	nic_rx_notified(p.b);
-	cr_expect_eq(nic_arm_notify(p.b), 1, "a wake-up taken since the look lets the caller sleep");
+	cr_expect_eq(nic_arm_notify(p.b), 1, "armed for a sleep with a wake-up taken since the look");
 	cr_assert_eq(nic_rx_burst(p.b, rx, 64), 0);
-	static uint8_t bufs[2][9100], head[32];
-	for (uint32_t i = 0; i < 2; i++) {
-		fill(bufs[i], 9000 + i, i);
-		struct nic_tx tx;
-		make_tx(&tx, p.a_to_b, bufs[i], 9000 + i, head);
-		cr_assert_eq(nic_tx_burst(p.a, &tx, 1), 1);
-		nic_flush(p.a);
-	}
-	struct pollfd pf = {.fd = nic_notify_fd(p.b), .events = POLLIN};
-	cr_assert_eq(poll(&pf, 1, 5000), 1);
+	send_apart(&p, 2);
 	cr_assert_eq(nic_rx_burst(p.b, rx, 64), 1); /* alone, after a quiet spell */
 	cr_expect_eq(nic_arm_notify(p.b), 1, "a sleep armed with a datagram left queued");
 	cr_assert_eq(nic_rx_burst(p.b, rx + 1, 63), 1);
-	cr_expect_eq(nic_arm_notify(p.b), 0, "the socket is empty, yet arming says look");
+	cr_expect_eq(nic_arm_notify(p.b), 0, "the socket is empty, yet arming asks for a look");
 	for (uint32_t i = 0; i < 2; i++) {
 		check(&rx[i], 9000 + i, i);
 		nic_post_recvs(p.b, &rx[i].buf, 1);

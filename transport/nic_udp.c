@@ -497,17 +497,15 @@ static int nic_udp_notify_fd(const struct nic *nic)
 }
 
 /*
- * The socket is level-triggered: poll returns at once while a datagram is
- * queued, so the caller may sleep unless packets split out of a bundle, or
- * received datagrams not yet split, are still waiting here; a MSG_PEEK
- * would only cost a system call. (A caller that holds every receive buffer
- * will see the fd readable and rx_burst return 0 until it posts some back.)
+ * Packets split out of a bundle, or received datagrams not yet split, wait
+ * here: no sleep. Otherwise the socket decides. A poll on it returns at
+ * once while a datagram is queued, but the epoll sleepers watch it edge
+ * triggered, where a datagram already queued wakes nobody: so a look first,
+ * unless the last one left the socket empty and no wake-up was taken since
+ * (nic_rx_drained); a MSG_PEEK would be a system call as well. A caller that
+ * holds every receive buffer cannot look: it sleeps (or, polling, sees the
+ * fd readable and rx_burst return 0) until it posts some back.
  */
-/* Sleepers watch the socket edge triggered, so a datagram queued behind
- * the last look (a lone receive, one that took all it asked for, or a
- * wake-up taken and no look since) would wake nobody: a look first, if
- * there is a buffer to look with (else the sleep waits for one to come
- * back, as before: asking would only spin the caller). */
 static int nic_udp_arm_notify(struct nic *nic)
 {
 	const struct nic_udp *u = nic_udp_of(nic);

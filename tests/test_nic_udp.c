@@ -108,10 +108,6 @@ Test(nic_udp, burst_of_64_in_one_call, .timeout = 30)
 	pair_close(&p);
 }
 
-/* nic_rx_drained says whether the last receive left the socket empty: a
- * sleep on the notify fd may then stand for a look (preload's epoll skips
- * one). Only a receive that took fewer than it asked for can tell, and a
- * wake-up taken from the fd since that receive began unsays it. */
 /* n datagrams from a to b, of sizes 9000 + i (apart: n datagrams, not one
  * segmented send), their contents fill(i); returns once b's socket has them. */
 static void send_apart(struct pair *p, uint32_t n)
@@ -139,6 +135,10 @@ static void check_apart(struct pair *p, struct nic_rx *rx, uint32_t n, uint32_t 
 	}
 }
 
+/* nic_rx_drained says whether the last receive left the socket empty: a
+ * sleep on the notify fd may then stand for a look (preload's epoll skips
+ * one). Only a receive that took fewer than it asked for can tell, and a
+ * wake-up taken from the fd since that receive began unsays it. */
 Test(nic_udp, a_receive_says_when_it_emptied_the_socket, .timeout = 30)
 {
 	struct pair p;

@@ -443,9 +443,9 @@ static unsigned nic_udp_rx_burst(struct nic *nic, struct nic_rx *out, unsigned m
 	 * the wake-up spent the edge, so what is queued wakes nobody and all
 	 * of it comes out now, not one datagram alone (a postgres backend got
 	 * the stream's ack and the client's first bytes together). */
-	uint64_t last = __atomic_load_n(&nic->rx_looks, __ATOMIC_RELAXED);
-	bool one = u->rx_sparse && __atomic_load_n(&nic->rx_notified_look, __ATOMIC_ACQUIRE) != last;
 	uint64_t look = __atomic_add_fetch(&nic->rx_looks, 1, __ATOMIC_ACQ_REL);
+	bool one = u->rx_sparse &&
+		   __atomic_load_n(&nic->rx_notified_look, __ATOMIC_ACQUIRE) != look - 1;
 	int r = one ? nic_udp_recv_one(u)
 		    : sys()->recvmmsg(u->fd, u->rx_msgs, k, MSG_DONTWAIT, NULL);
 	/* A receive that took fewer than it asked for emptied the socket; a

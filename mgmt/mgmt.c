@@ -58,6 +58,7 @@ struct cmd {
 	unsigned flags; /* CMD_LISTEN: MGMT_LISTEN_*; CMD_LISTEN_DORMANT: 1 = dormant */
 	bool sync; /* on the caller's stack; the caller waits for done */
 	bool done;
+	bool repoll; /* set by cmd_run: the thread must build its poll set again */
 	int result;
 };
 
@@ -282,14 +283,22 @@ static bool cmd_run(struct mgmt *m, struct cmd *c, uint64_t now)
 		c->result = mgmt_sess_peer_addr(m, c->rpc, c->session, &c->addr);
 		return true;
 	case CMD_LISTEN_DORMANT:
+		/* A socket going dormant stays in the set until the thread next
+		 * builds it, and is not read meanwhile (mgmt_main); one waking
+		 * up needs a new set only if the last one left it out. A
+		 * postmaster that forks and then waits in select again toggles
+		 * twice per connection, and so wakes no one. */
 		l = listener_find(m, &c->addr);
-		if (l)
+		if (l) {
 			l->dormant = c->flags != 0;
+			c->repoll = !l->dormant && !l->polled;
+		}
 		c->result = l ? 0 : -ENOENT;
 		return true;
 	case CMD_DISCONNECT:
 		mgmt_sess_disconnect(m, c->rpc, c->session, now);
 		c->result = 0;
+		c->repoll = true;
 		return true;
 	case CMD_FORGET:
 		for (struct listener **lp = &m->listeners; *lp;) {
@@ -300,6 +309,7 @@ static bool cmd_run(struct mgmt *m, struct cmd *c, uint64_t now)
 		}
 		mgmt_sess_forget(m, c->rpc, now);
 		c->result = 0;
+		c->repoll = true;
 		return true;
 	case CMD_CONNECT:
 		break;
@@ -388,6 +398,7 @@ static nfds_t poll_set(struct mgmt *m, nfds_t *nsock)
 		m->pfd_owner[n++] = NULL;
 	}
 	for (struct listener *l = m->listeners; l; l = l->next) {
+		l->polled = !l->dormant;
 		if (l->dormant)
 			continue;
 		m->pfd[n] = (struct pollfd){.fd = l->fd, .events = POLLIN};
@@ -435,7 +446,8 @@ static void *mgmt_main(void *arg)
 		if (ready > 0 && gen == m->poll_gen) {
 			uint64_t now = clock_now_ns();
 			for (nfds_t i = 1; i < nsock; i++)
-				if (m->pfd[i].revents)
+				if (m->pfd[i].revents &&
+				    !(m->pfd_owner[i] && m->pfd_owner[i]->dormant))
 					sock_drain(m, m->pfd[i].fd, m->pfd_owner[i],
 						   m->pfd[i].revents, now);
 			/* After the sockets: a dying peer's goodbye, if it said one, is in. */
@@ -490,11 +502,6 @@ void mgmt_release(struct mgmt *m)
 	thread_pause_release(&m->pause);
 }
 
-/* Whether c changes the set the thread polls (listeners, peers' pidfds). */
-static bool cmd_changes_poll_set(const struct cmd *c)
-{
-	return c->type == CMD_LISTEN_DORMANT || c->type == CMD_DISCONNECT || c->type == CMD_FORGET;
-}
 
 /* Commands run on the caller's thread, under the state lock (the management
  * thread, asking from a connect callback, holds it), except a connect and
@@ -517,7 +524,7 @@ static int run_sync(struct mgmt *m, struct cmd *c)
 		return -ESHUTDOWN;
 	}
 	cmd_run(m, c, clock_now_ns());
-	if (cmd_changes_poll_set(c)) {
+	if (c->repoll) {
 		m->poll_gen++;
 		uint64_t one = 1;
 		ssize_t wr = sys()->write(m->evfd, &one, sizeof(one));

@@ -115,6 +115,8 @@ struct listener {
 	 * and this one shows no sign of accepting, so a rendezvous it took
 	 * would queue a connection nobody here accepts (mgmt_listen_dormant). */
 	bool dormant;
+	/* In the set the thread polls now (built before the last poll). */
+	bool polled;
 };
 
 struct cmd;

@@ -335,6 +335,10 @@ static void *ho_main(void *arg)
 	(void)arg;
 	ferry_internal_enter();
 	prctl(PR_SET_NAME, "ferry-handover");
+	/* Its waits for a stream to settle are pauses of tens of microseconds
+	 * on a child's critical path: the default 50 us of slack more than
+	 * doubled each (postgres' backends waited on it per connection). */
+	prctl(PR_SET_TIMERSLACK, 1000UL);
 	for (;;) {
 		thread_pause_point(&ho_pause);
 		/* Children's exits are seen through their pidfds; passed sockets'

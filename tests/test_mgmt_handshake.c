@@ -248,6 +248,19 @@ Test(mgmt_handshake, questions_that_wait_for_no_peer_are_answered_while_the_thre
 	cr_assert_geq(connect_port(port, 5000), 0, "the listener answers after dormant and back");
 }
 
+/* Going dormant does not wake the management thread, which may still be
+ * polling the rendezvous socket: what arrives there meanwhile waits for a
+ * holder that accepts, as in a shared TCP accept queue. */
+Test(mgmt_handshake, a_listener_gone_dormant_answers_no_one_until_it_wakes)
+{
+	struct mgmt *sm = nexus_mgmt(server);
+	struct sockaddr_in a = tmu_loopback(port);
+	cr_assert_eq(mgmt_listen_dormant(sm, (struct sockaddr *)&a, sizeof(a), true), 0);
+	cr_assert_eq(connect_port(port, 300), -ETIMEDOUT, "a dormant listener answered");
+	cr_assert_eq(mgmt_listen_dormant(sm, (struct sockaddr *)&a, sizeof(a), false), 0);
+	cr_assert_geq(connect_port(port, 5000), 0, "the listener answers after it wakes");
+}
+
 /* A fork child that takes a connection over dials its peer at once, with
  * the address read from its copy of the parent's tables (frozen across the
  * fork), while the parent still stops the stream. */

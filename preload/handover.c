@@ -586,7 +586,10 @@ void handover_exit_wait(uint64_t max_ns)
 
 /* --- the new owner --- */
 
-static int ho_fetch(const struct fsock *sk, struct ho_resp *resp, uint8_t *bytes)
+/* Asks the owner for the stream: the connected socket its answer comes on,
+ * or -errno. Needs nothing of this process's ferry, so the owner stops the
+ * stream while this one builds its endpoint. */
+static int ho_ask(const struct fsock *sk)
 {
 	const struct sys_fns *c = sys();
 	struct sockaddr_un a;
@@ -604,14 +607,25 @@ static int ho_fetch(const struct fsock *sk, struct ho_resp *resp, uint8_t *bytes
 	int rc = 0;
 	if (c->connect(fd, (struct sockaddr *)&a, alen) != 0)
 		rc = -errno;
-	else if (ho_send_all(fd, &req, sizeof(req)) != 0 || ho_recv_all(fd, resp, sizeof(*resp)) != 0)
+	else if (ho_send_all(fd, &req, sizeof(req)) != 0)
 		rc = -ECONNRESET;
-	else if (resp->status < 0)
-		rc = resp->status;
-	else if (resp->len > STREAM_WINDOW_MAX || ho_recv_all(fd, bytes, resp->len) != 0)
-		rc = -EPROTO;
-	c->close(fd);
-	return rc;
+	if (rc) {
+		c->close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/* The owner's answer to ho_ask: the stream's state and unread bytes. */
+static int ho_answer(int fd, struct ho_resp *resp, uint8_t *bytes)
+{
+	if (ho_recv_all(fd, resp, sizeof(*resp)) != 0)
+		return -ECONNRESET;
+	if (resp->status < 0)
+		return resp->status;
+	if (resp->len > STREAM_WINDOW_MAX || ho_recv_all(fd, bytes, resp->len) != 0)
+		return -EPROTO;
+	return 0;
 }
 
 /* Until the peer answered ATTACH (bounded): the application's first send
@@ -677,16 +691,31 @@ void handover_adopt(struct ffile *f)
 	}
 	struct ho_resp resp;
 	uint8_t *bytes = malloc(STREAM_WINDOW_MAX);
-	int rc = !bytes ? -ENOMEM : ferry_up() ? 0 : -ENOTCONN;
+	int rc = bytes ? 0 : -ENOMEM;
+	/* Asked first: the owner stops the stream (a round trip to the peer)
+	 * while this process starts its ferry (a fork child's first socket
+	 * call: 0.2-0.3 ms). A start that fails then loses the stream as a
+	 * failed dial to the peer does: it reads as reset, here and there. */
+	int fd = -1;
+	if (rc == 0) {
+		ferry_internal_enter();
+		fd = ho_ask(sk);
+		ferry_internal_leave();
+		rc = fd < 0 ? fd : 0;
+	}
+	if (rc == 0 && !ferry_up())
+		rc = -ENOTCONN;
 	unsigned dial_ms = ferry.cfg.connect_timeout_ms > HO_ATTACH_CONNECT_MS
 				   ? ferry.cfg.connect_timeout_ms
 				   : HO_ATTACH_CONNECT_MS;
 	if (rc == 0) {
 		ho_dial_early(sk, dial_ms);
 		ferry_internal_enter();
-		rc = ho_fetch(sk, &resp, bytes);
+		rc = ho_answer(fd, &resp, bytes);
 		ferry_internal_leave();
 	}
+	if (fd >= 0)
+		sys()->close(fd);
 	int ses = rc;
 	if (rc == 0) {
 		ferry_internal_enter();

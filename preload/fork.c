@@ -7,7 +7,8 @@
  * inherited stream is the parent's until the child uses it, when the
  * parent hands it over (handover.h). Any other inherited ferry socket
  * becomes dead, so using one is an error rather than a hang, and closing
- * one never touches the parent's sessions.
+ * one never touches the parent's sessions; one the child makes listen
+ * becomes a listener of its own (inherit_listen_foreign).
  */
 #include "autoconfig.h"
 

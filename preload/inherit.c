@@ -13,6 +13,9 @@
  * image exec discards; the new program sees a socket that is not connected.
  * Listeners handed over by systemd-style socket activation (LISTEN_FDS)
  * become ferry listeners the same way, with a rendezvous socket of their own.
+ * So does a socket another process made and this one made listen: node's
+ * cluster binds in its primary and sends the bound socket to each worker,
+ * which listens and accepts there.
  */
 #include "autoconfig.h"
 
@@ -34,6 +37,7 @@
 #include "preload/inherit.h"
 #include "preload/reentry.h"
 #include "preload/sock.h"
+#include "preload/sockaddr.h"
 #include "preload/stream.h"
 #include "transport/sys.h"
 
@@ -319,13 +323,13 @@ static bool inherit_tcp(int fd, int *domain, bool *listening)
 	return true;
 }
 
-static void inherit_listener(int fd, int domain, bool nb, int rdv, int backlog)
+static struct fsock *inherit_listener(int fd, int domain, bool nb, int rdv, int backlog)
 {
 	struct fsock *sk = sock_adopt_inherited(fd, domain, nb);
 	if (!sk) {
 		if (rdv >= 0)
 			sys()->close(rdv);
-		return;
+		return NULL;
 	}
 	sk->state = FSOCK_LISTEN;
 	sk->bound = true;
@@ -342,6 +346,24 @@ static void inherit_listener(int fd, int domain, bool nb, int rdv, int backlog)
 	if (fl >= 0)
 		sys()->fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 	__atomic_store_n(&sk->file->mask, 0, __ATOMIC_RELEASE);
+	return sk;
+}
+
+void inherit_listen_foreign(int fd, int backlog)
+{
+	int domain;
+	bool listening;
+	if (!inherit_tcp(fd, &domain, &listening) || !listening || !ferry_up())
+		return;
+	struct sockaddr_storage a;
+	socklen_t alen = sizeof(a);
+	if (sys()->getsockname(fd, (struct sockaddr *)&a, &alen) != 0 ||
+	    !preload_config_port_allowed(&ferry.pcfg, sockaddr_port((struct sockaddr *)&a)))
+		return;
+	int fl = sys()->fcntl(fd, F_GETFL);
+	struct fsock *sk = inherit_listener(fd, domain, fl >= 0 && (fl & O_NONBLOCK), -1, backlog);
+	if (sk)
+		sk->lis_reuse = true;
 }
 
 struct inherit_match {

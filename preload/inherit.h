@@ -37,5 +37,10 @@ bool inherit_describe(struct ffile *f, bool own_streams, struct inherit_desc *d)
 /* Takes up d for the number fd; d->rdv, if any, is this process's to keep
  * or close. False when fd is not a TCP socket of the kind d says. */
 bool inherit_take(int fd, const struct inherit_desc *d);
+/* fd, a TCP socket this process got without a description (over a unix
+ * socket from a process that had only bound it, or a fork child's copy of
+ * one), was just made to listen: it becomes a listener here, answering on a
+ * rendezvous port it shares with its other holders. */
+void inherit_listen_foreign(int fd, int backlog);
 
 #endif

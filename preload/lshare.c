@@ -38,6 +38,8 @@ static void lshare_take_up(struct ffile *f, struct fsock *sk)
 	if (sys()->getsockname(fd, (struct sockaddr *)&a, &alen) != 0)
 		return;
 	unsigned flags = sock_listen_flags(fd, a.ss_family);
+	if (sk->lis_reuse)
+		flags |= MGMT_LISTEN_REUSEPORT;
 	int rdv = sk->lis_rdv;
 	sk->lis_rdv = -1;
 	__atomic_store_n(&sk->lis_inherited, false, __ATOMIC_SEQ_CST);

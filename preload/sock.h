@@ -71,6 +71,10 @@ struct fsock {
 	bool lis_inherited; /* inherited through fork: no local listener yet */
 	bool lis_shared;    /* another process may hold it (fork) */
 	bool lis_dormant;   /* mgmt does not read its rendezvous socket */
+	/* Made to listen here on a socket another process made (listen on
+	 * a received one): its other holders answer on the same rendezvous
+	 * port, so it is bound with SO_REUSEPORT. */
+	bool lis_reuse;
 	int lis_waiters;    /* atomic: threads blocked in accept on it */
 	/* FSOCK_REMOTE: which process runs the stream, and the stream there. */
 	pid_t remote_pid;

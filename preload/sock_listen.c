@@ -16,6 +16,7 @@
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/handover.h"
+#include "preload/inherit.h"
 #include "preload/listener.h"
 #include "preload/lshare.h"
 #include "preload/reentry.h"
@@ -313,7 +314,24 @@ FERRY_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
 FERRY_EXPORT int listen(int fd, int backlog)
 {
 	struct ffile *f = sock_file(fd);
-	return f ? sock_done(f, sock_listen(f, fd, backlog)) : sys()->listen(fd, backlog);
+	if (f && f->kind != FFILE_DEAD)
+		return sock_done(f, sock_listen(f, fd, backlog));
+	if (f)
+		ffile_put(&fdtab, f); /* a fork child's copy of a bound socket */
+	if (sys()->listen(fd, backlog) != 0)
+		return -1;
+	if (ferry_internal())
+		return 0;
+	inherit_listen_foreign(fd, backlog);
+	/* Answering at once: a process that listens means to accept, and a
+	 * client that came before the rendezvous port was bound would have
+	 * gone to the kernel. */
+	f = sock_file(fd);
+	if (f) {
+		lshare_interest(f);
+		ffile_put(&fdtab, f);
+	}
+	return 0;
 }
 
 FERRY_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *alen, int flags)

@@ -3,8 +3,9 @@
 # preloaded, each checked byte for byte from 1 B to 1 MB by preloaded clients:
 # fork per connection (the child serves what the parent accepted), a parent
 # that keeps a connection its child held, inetd-style exec of cat, a listener
-# carried across exec, systemd-style socket activation, and prefork workers
-# whose master exited. The counters must show ferry carried every connection
+# carried across exec, systemd-style socket activation, prefork workers
+# whose master exited, and workers that listen on a socket another process
+# bound. The counters must show ferry carried every connection
 # to the process that served it, with no fallback. Usage: process.sh [TRANSPORT]
 . "$(dirname "$0")/lib.sh"
 need ss od cmp pkill
@@ -118,6 +119,21 @@ counter_eq "passed listener: fallbacks" \
 	$(($(stat_sum fallbacks srvpassl) + $(stat_sum kernel_accepts srvpassl))) 0
 counter_eq "passed listener: sockets_received" "$(stat_sum sockets_received srvpassl)" 1
 counter_ge "passed listener: streams_accepted" "$(stat_sum streams_accepted srvpassl)" "$nsizes"
+
+# A socket bound in one process and listened on in two others, passed over
+# a unix socket (node's cluster without round robin) or inherited through
+# fork: the workers answer on it with ferry, no client going to the kernel.
+for mode in passbound bindfork; do
+	port=$(free_port)
+	bgf "srv$mode" "$procserve" "$mode" "$port"
+	wait_line "srv$mode" ready "$last_pid"
+	echo_check "$mode" "$port"
+	stop "$mode" "$port"
+	counter_eq "$mode: client fallbacks" "$(stat_sum fallbacks "cli$mode")" 0
+	counter_eq "$mode: kernel accepts" "$(stat_sum kernel_accepts "srv$mode")" 0
+	counter_ge "$mode: workers' streams_accepted" "$(stat_sum streams_accepted "srv$mode")" \
+		"$nsizes"
+done
 
 # A connection passed to a program without ferry: that program's read
 # fails at once (not connected), and the client gets an error, not a hang.

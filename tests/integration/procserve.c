@@ -20,7 +20,12 @@
  *             (SCM_RIGHTS); the worker accepts and echoes, and the process
  *             that listened exits (haproxy's reload);
  *   recv3     take descriptors from the unix socket on fd 3 and echo each
- *             (passconn's CMD; PORT is not used).
+ *             (passconn's CMD; PORT is not used);
+ *   passbound fork two workers first, then bind (no listen) and pass the
+ *             bound socket to each (SCM_RIGHTS); each listens on it,
+ *             accepts and echoes (node's cluster without round robin);
+ *   bindfork  bind, fork two workers that each listen on their copy,
+ *             accept and echo; the parent closes its copy and waits.
  * Echoing stops at the peer's EOF; the server then closes. Runs until
  * killed. Writes "ready" to stdout once listening.
  */
@@ -29,6 +34,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +157,71 @@ static int accept_retry(int l)
 	return c;
 }
 
+static int bound_on(int port)
+{
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+	int one = 1;
+	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		perror("procserve: bind");
+		exit(1);
+	}
+	return l;
+}
+
+/* A worker: listens on l, says so on via, then accepts and echoes. */
+static void listen_and_echo(int l, int via)
+{
+	if (listen(l, 128) != 0 || write(via, "k", 1) != 1)
+		_exit(1);
+	for (;;) {
+		int c = accept_retry(l);
+		if (c < 0)
+			_exit(1);
+		echo(c);
+		close(c);
+	}
+}
+
+/* passbound and bindfork: two workers listen on a socket this process only
+ * bound; ready once both listen. */
+static int listen_in_workers(bool pass, int port)
+{
+	int pair[2][2];
+	int l = pass ? -1 : bound_on(port);
+	for (int i = 0; i < 2; i++) {
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair[i]) != 0)
+			return 1;
+		pid_t w = fork();
+		if (w < 0)
+			return 1;
+		if (w == 0) {
+			close(pair[i][0]);
+			prctl(PR_SET_PDEATHSIG, SIGTERM);
+			listen_and_echo(pass ? recv_fd(pair[i][1]) : l, pair[i][1]);
+		}
+		close(pair[i][1]);
+	}
+	if (pass) {
+		l = bound_on(port);
+		for (int i = 0; i < 2; i++)
+			if (send_fd(pair[i][0], l) != 0)
+				return 1;
+	}
+	close(l);
+	for (int i = 0; i < 2; i++) {
+		char k;
+		if (read(pair[i][0], &k, 1) != 1)
+			return 1;
+	}
+	ready();
+	for (;;)
+		pause();
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -175,6 +246,8 @@ int main(int argc, char **argv)
 		echo_received(3);
 	}
 	signal(SIGCHLD, SIG_IGN); /* no zombies: children are not waited for */
+	if (!strcmp(mode, "passbound") || !strcmp(mode, "bindfork"))
+		return listen_in_workers(!strcmp(mode, "passbound"), atoi(argv[2]));
 	if (!strcmp(mode, "passconn") || !strcmp(mode, "passlisten")) {
 		/* The worker exists before any ferry socket: what it serves can
 		 * only have come over the unix socket. */

@@ -87,9 +87,11 @@ static socklen_t ho_addr(pid_t pid, struct sockaddr_un *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->sun_family = AF_UNIX;
-	/* Abstract: gone with the process, nothing to clean up. */
-	int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ferry-handover.%u.%d",
-			 (unsigned)getuid(), (int)pid);
+	/* Abstract: gone with the process, nothing to clean up. The pid alone
+	 * names it: a child that dropped privileges (sshd's, inetd's services)
+	 * must find its parent's, and the stream's token, not the name, is what
+	 * only a holder knows. */
+	int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ferry-handover.%d", (int)pid);
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 

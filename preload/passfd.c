@@ -54,8 +54,10 @@ static socklen_t pf_name(ino_t ino, struct sockaddr_un *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->sun_family = AF_UNIX;
-	int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ferry-pass.%u.%llu",
-			 (unsigned)getuid(), (unsigned long long)ino);
+	/* The inode alone: a receiver may run as another user than the sender
+	 * (a privileged dispatcher and its workers). */
+	int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "ferry-pass.%llu",
+			 (unsigned long long)ino);
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 

@@ -2,7 +2,7 @@
  * Ferry sockets passed over a unix socket (SCM_RIGHTS). The receiver gets
  * a number of the kernel socket behind a ferry socket; the sender's ferry
  * says what it is under a name made from that socket's inode (an abstract
- * unix socket, "ferry-pass.<uid>.<inode>", gone with the process), which
+ * unix socket, "ferry-pass.<inode>", gone with the process), which
  * the receiver asks at once when the number arrives. A stream is then
  * taken over at its first use there, as a fork child's copy is
  * (handover.h), and a listener is served by whichever holder accepts

@@ -120,6 +120,22 @@ counter_eq "passed listener: fallbacks" \
 counter_eq "passed listener: sockets_received" "$(stat_sum sockets_received srvpassl)" 1
 counter_ge "passed listener: streams_accepted" "$(stat_sum streams_accepted srvpassl)" "$nsizes"
 
+# A child that drops privileges before it uses the connection it inherited
+# (sshd's, inetd's services): root only. softib's fabric is per user, so a
+# child of another user cannot reach the peer there (a known limit).
+if [ "$(id -u)" = 0 ] && [ "$transport" != softib ]; then
+	chmod 1777 "$work" # nobody writes its counters there
+	port=$(free_port)
+	bgf srvdropuid "$procserve" dropuid "$port"
+	wait_listen "$port"
+	echo_check dropuid "$port"
+	stop dropuid "$port"
+	counter_eq "dropuid: client fallbacks" "$(stat_sum fallbacks clidropuid)" 0
+	counter_ge "dropuid: streams taken over" "$(stat_sum streams_taken_over srvdropuid)" "$nsizes"
+else
+	log "dropuid: skipped (needs root, and a transport other than softib)"
+fi
+
 # A socket bound in one process and listened on in two others, passed over
 # a unix socket (node's cluster without round robin) or inherited through
 # fork: the workers answer on it with ferry, no client going to the kernel.

@@ -3,6 +3,8 @@
  * the process models servers use, for tests/integration/process.sh.
  *   fork      accept, fork; the child echoes until EOF and exits, the parent
  *             closes its copy at once (postgres, sshd);
+ *   dropuid   as fork, the child first becoming nobody (setgid and setuid
+ *             65534), as a server that drops privileges per connection;
  *   keep      accept, fork a child that closes its copy and exits, and echo
  *             in the parent (a parent that keeps a connection a child held);
  *   exec      accept, fork; the child makes the connection its stdin and
@@ -350,6 +352,8 @@ int main(int argc, char **argv)
 		}
 		if (pid == 0) {
 			close(l);
+			if (!strcmp(mode, "dropuid") && (setgid(65534) != 0 || setuid(65534) != 0))
+				_exit(125);
 			if (!strcmp(mode, "exec")) {
 				if (dup2(c, 0) != 0 || dup2(c, 1) != 1)
 					_exit(126);

@@ -423,7 +423,7 @@ static void *mgmt_main(void *arg)
 {
 	struct mgmt *m = arg;
 	mgmt_self = m;
-	prctl(PR_SET_NAME, "ferry-mgmt");
+	sys()->prctl(PR_SET_NAME, "ferry-mgmt");
 	for (;;) {
 		thread_pause_point(&m->pause);
 		pthread_mutex_lock(&m->state);

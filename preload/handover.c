@@ -25,6 +25,7 @@
 #include "preload/ferry.h"
 #include "preload/passfd.h"
 #include "preload/reentry.h"
+#include "preload/relay.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
@@ -48,8 +49,13 @@
 struct ho_req {
 	uint32_t magic;
 	uint32_t sid, peer_sid;
-	uint32_t pad;
+	uint32_t kind; /* HO_TAKE or HO_RELAY */
 	uint64_t token;
+};
+
+enum {
+	HO_TAKE = 0,  /* hand the stream over */
+	HO_RELAY = 1, /* keep it, and relay it through the socket passed along (relay.h) */
 };
 
 struct ho_resp {
@@ -113,7 +119,7 @@ static bool ho_held_since(uint32_t fork_no)
 /* Whether another process may still take s over (ho_lock held). */
 static bool ho_wanted(const struct stream *s)
 {
-	return ho_held_since(s->born_fork) || passfd_keeps(s->sid, s->token);
+	return ho_held_since(s->born_fork) || passfd_keeps(s->sid, s->token) || relay_holds(s);
 }
 
 void handover_poke(void)
@@ -193,12 +199,56 @@ static int ho_move(struct stream *s, struct ho_resp *resp, uint8_t *bytes)
 	}
 }
 
+/* The request, and the descriptors a relay's comes with (else -1): the
+ * end to pump, and a duplicate of the asker's end. */
+static int ho_recv_req(int fd, struct ho_req *req, int passed[2])
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+	} ctl;
+	struct iovec v = {req, sizeof(*req)};
+	struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+			   .msg_controllen = sizeof(ctl.buf)};
+	passed[0] = passed[1] = -1;
+	ssize_t n = sys()->recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+	if (n <= 0)
+		return -1;
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		memcpy(passed, CMSG_DATA(cm), (k > 2 ? 2 : k) * sizeof(int));
+	}
+	if ((size_t)n < sizeof(*req) &&
+	    ho_recv_all(fd, (uint8_t *)req + n, sizeof(*req) - (size_t)n) != 0)
+		return -1;
+	return req->magic == STREAM_SNAP_MAGIC &&
+			       (req->kind == HO_TAKE || (req->kind == HO_RELAY && passed[0] >= 0))
+		       ? 0
+		       : -1;
+}
+
+/* A relay for the asker on cfd: its pidfd, when it passed its own end
+ * too (another process), else -1. */
+static int ho_asker_pidfd(int cfd, int their_end)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	if (their_end < 0 || sys()->getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
+		return -1;
+	return (int)syscall(SYS_pidfd_open, cr.pid, 0);
+}
+
 static void ho_serve(int cfd)
 {
 	struct ho_req req;
 	struct ho_resp resp = {.status = -ECONNRESET};
+	int passed[2] = {-1, -1};
 	uint8_t *bytes = malloc(STREAM_WINDOW_MAX);
-	if (!bytes || ho_recv_all(cfd, &req, sizeof(req)) != 0 || req.magic != STREAM_SNAP_MAGIC) {
+	if (!bytes || ho_recv_req(cfd, &req, passed) != 0) {
+		for (int i = 0; i < 2; i++)
+			if (passed[i] >= 0)
+				sys()->close(passed[i]);
 		free(bytes);
 		return;
 	}
@@ -232,6 +282,25 @@ static void ho_serve(int cfd)
 		struct timespec ts = {0, 50000};
 		nanosleep(&ts, NULL);
 	}
+	if (req.kind == HO_RELAY) {
+		int pidfd = ho_asker_pidfd(cfd, passed[1]);
+		int32_t status = !s			      ? -ECONNRESET
+				 : passed[1] >= 0 && pidfd < 0 ? -ESRCH
+							       : relay_add(s, f, passed[0], passed[1], pidfd);
+		if (status != 0) {
+			for (int i = 0; i < 2; i++)
+				if (passed[i] >= 0)
+					sys()->close(passed[i]);
+			if (pidfd >= 0)
+				sys()->close(pidfd);
+			if (f)
+				ffile_put(&fdtab, f);
+		}
+		ho_send_all(cfd, &status, sizeof(status));
+		log_debug("handover: stream %u %s", req.sid, status == 0 ? "relayed" : "not relayed");
+		free(bytes);
+		return;
+	}
 	int rc = s ? 0 : -ECONNRESET;
 	if (s) {
 		struct sockaddr_storage peer_mgmt;
@@ -239,8 +308,10 @@ static void ho_serve(int cfd)
 		ferry_internal_enter();
 		rc = mgmt_peer_addr(ferry.mgmt, ferry.rpc, session, &peer_mgmt, &peer_mgmt_len);
 		ferry_internal_leave();
-		if (rc == 0)
+		if (rc == 0) {
+			relay_drop(s);
 			rc = ho_move(s, &resp, bytes);
+		}
 		resp.snap.peer_mgmt = peer_mgmt;
 		resp.snap.peer_mgmt_len = peer_mgmt_len;
 	}
@@ -336,11 +407,11 @@ static void *ho_main(void *arg)
 {
 	(void)arg;
 	ferry_internal_enter();
-	prctl(PR_SET_NAME, "ferry-handover");
+	sys()->prctl(PR_SET_NAME, "ferry-handover");
 	/* Its waits for a stream to settle are pauses of tens of microseconds
 	 * on a child's critical path: the default 50 us of slack more than
 	 * doubled each (postgres' backends waited on it per connection). */
-	prctl(PR_SET_TIMERSLACK, 1000UL);
+	sys()->prctl(PR_SET_TIMERSLACK, 1000UL);
 	for (;;) {
 		thread_pause_point(&ho_pause);
 		/* Children's exits are seen through their pidfds; passed sockets'
@@ -350,9 +421,10 @@ static void *ho_main(void *arg)
 		p[n++] = (struct pollfd){.fd = ho_lfd, .events = POLLIN};
 		p[n++] = (struct pollfd){.fd = ho_wake, .events = POLLIN};
 		int pass_timeout;
-		nfds_t npass = (nfds_t)passfd_poll(p + n, 64, &pass_timeout);
+		nfds_t npass = (nfds_t)passfd_poll(p + n, 48, &pass_timeout);
 		n += npass;
-		nfds_t first_child = n;
+		int relay_timeout;
+		n += (nfds_t)relay_poll(p + n, 16, &relay_timeout);
 		pthread_mutex_lock(&ho_lock);
 		for (struct ho_child *c = ho_children; c && n < 128; c = c->next)
 			p[n++] = (struct pollfd){.fd = c->pidfd, .events = POLLIN};
@@ -361,6 +433,8 @@ static void *ho_main(void *arg)
 		int timeout = orphans || n == 128 ? 100 : -1;
 		if (pass_timeout >= 0 && (timeout < 0 || pass_timeout < timeout))
 			timeout = pass_timeout;
+		if (relay_timeout >= 0 && (timeout < 0 || relay_timeout < timeout))
+			timeout = relay_timeout;
 		thread_pause_sleep_begin(&ho_pause);
 		int r = sys()->poll(p, n, timeout);
 		int poll_errno = errno;
@@ -382,7 +456,8 @@ static void *ho_main(void *arg)
 				sys()->close(cfd);
 			}
 		}
-		passfd_serve(p + 2, (int)(first_child - 2));
+		passfd_serve(p + 2, (int)npass);
+		relay_pump();
 		ho_reap_children();
 		ho_reap_orphans();
 	}
@@ -468,6 +543,7 @@ void handover_fork_child_begin(void)
 {
 	pthread_mutex_init(&ho_lock, NULL);
 	pthread_mutex_init(&ho_adopt_lock, NULL);
+	relay_fork_child();
 	/* The parent's children and orphans are the parent's business. */
 	while (ho_children) {
 		struct ho_child *c = ho_children;
@@ -530,6 +606,10 @@ void handover_fork_child(struct ffile *f, pid_t parent)
 	sk->remote_sid = s->sid;
 	sk->remote_peer_sid = s->peer_sid;
 	sk->remote_token = s->token;
+	sk->remote_peer = s->peer;
+	sk->remote_peer_len = s->peer_len;
+	sk->remote_local = s->local;
+	sk->remote_local_len = s->local_len;
 	if (mgmt_peer_addr_forked(ferry.mgmt, ferry.rpc, s->session, &sk->remote_mgmt,
 				  &sk->remote_mgmt_len) != 0)
 		sk->remote_mgmt_len = 0;
@@ -616,6 +696,70 @@ static int ho_ask(const struct fsock *sk)
 		return rc;
 	}
 	return fd;
+}
+
+int handover_relay(struct ffile *f, int theirs, int mine)
+{
+	struct fsock *sk = f->priv;
+	struct ho_req req = {.magic = STREAM_SNAP_MAGIC, .kind = HO_RELAY};
+	pid_t owner;
+	if (f->kind == FFILE_SOCK && sk->state == FSOCK_REMOTE) {
+		owner = sk->remote_pid;
+		req.sid = sk->remote_sid;
+		req.peer_sid = sk->remote_peer_sid;
+		req.token = sk->remote_token;
+	} else if (f->kind == FFILE_SOCK && sk->state == FSOCK_STREAM) {
+		/* Our own: this process's handover thread relays it. */
+		int rc = handover_serve();
+		if (rc)
+			return rc;
+		owner = getpid();
+		ferry_lock();
+		struct stream *s = sk->stream;
+		if (s) {
+			req.sid = s->sid;
+			req.peer_sid = s->peer_sid;
+			req.token = s->token;
+		}
+		ferry_unlock();
+		if (!s)
+			return -ENOTCONN;
+	} else {
+		return -ENOTCONN;
+	}
+	const struct sys_fns *c = sys();
+	struct sockaddr_un a;
+	socklen_t alen = ho_addr(owner, &a);
+	int fd = c->socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	struct timeval tv = {.tv_sec = HO_FETCH_MS / 1000};
+	c->setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	/* Another process relays: it gets our end too, to see what we read
+	 * (relay.h); ours relays to itself and sees our close instead. */
+	int fds[2] = {theirs, mine};
+	size_t nfds = owner == getpid() ? 1 : 2;
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+	} ctl;
+	memset(&ctl, 0, sizeof(ctl));
+	struct iovec v = {&req, sizeof(req)};
+	struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
+			   .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+	memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+	int32_t status = -ECONNRESET;
+	if (c->connect(fd, (struct sockaddr *)&a, alen) != 0)
+		status = -errno;
+	else if (c->sendmsg(fd, &m, MSG_NOSIGNAL) != (ssize_t)sizeof(req) ||
+		 ho_recv_all(fd, &status, sizeof(status)) != 0)
+		status = -ECONNRESET;
+	c->close(fd);
+	return status;
 }
 
 /* The owner's answer to ho_ask: the stream's state and unread bytes. */

@@ -49,6 +49,11 @@ void handover_fork_child(struct ffile *f, pid_t parent);
  * a stream of this process, or dead (reads say reset) when the owner is
  * gone. Any thread, no lock held. */
 void handover_adopt(struct ffile *f);
+/* f (a stream this process runs, or one another runs for it) is to be
+ * relayed by the process that runs it through theirs, one end of a unix
+ * socket pair whose other end (mine) this process keeps (relay.h). 0 or
+ * -errno. No lock held. */
+int handover_relay(struct ffile *f, int theirs, int mine);
 /* The application closed its last copy of s (endpoint lock held): true when
  * a child may still use it, and s is kept (the caller must not close it). */
 bool handover_keep(struct stream *s);

@@ -156,7 +156,7 @@ static void *progress_main(void *arg)
 	struct rpc *rpc = arg;
 	const struct sys_fns *c = sys();
 	ferry_internal_enter(); /* everything this thread does is ferry's own */
-	prctl(PR_SET_NAME, "ferry-progress");
+	sys()->prctl(PR_SET_NAME, "ferry-progress");
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);

@@ -84,14 +84,23 @@ struct fsock {
 	 * as the parent knew it then (len 0: not known). */
 	struct sockaddr_storage remote_mgmt;
 	socklen_t remote_mgmt_len;
+	/* Inherited through fork: the stream's addresses, so a child that only
+	 * asks for them (CGI's REMOTE_ADDR, sshd's SSH_CONNECTION) does not
+	 * take the connection from its parent (len 0: not known). */
+	struct sockaddr_storage remote_peer, remote_local;
+	socklen_t remote_peer_len, remote_local_len;
 };
 
 /* The ferry file behind fd if it is a socket (or a dead inherited one),
  * referenced; NULL otherwise. */
 struct ffile *sock_get(int fd);
 /* The ferry socket behind a socket call on fd, referenced, or NULL when
- * the kernel alone answers (not ferry's, ferry's own call, not a socket). */
+ * the kernel alone answers (not ferry's, ferry's own call, not a socket). A
+ * stream another process runs is taken over first (handover.h). */
 struct ffile *sock_file(int fd);
+/* As sock_file, for a call that only reads or sets an option or an address:
+ * a stream another process runs stays there (FSOCK_REMOTE). */
+struct ffile *sock_peek(int fd);
 /* Drops f and returns rc as the libc edge does (-1 with errno). */
 int sock_done(struct ffile *f, int rc);
 

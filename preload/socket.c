@@ -52,6 +52,31 @@ struct ffile *sock_file(int fd)
 	return sock_get(fd);
 }
 
+struct ffile *sock_peek(int fd)
+{
+	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
+		return NULL;
+	struct ffile *f = fdtable_get(&fdtab, fd);
+	if (f && f->kind != FFILE_SOCK && f->kind != FFILE_DEAD) {
+		ffile_put(&fdtab, f);
+		return NULL;
+	}
+	return f;
+}
+
+/* getsockname and getpeername of a stream another process runs: from what
+ * the fork left (0), or -1 when it left nothing (then taken over). */
+static int sock_remote_addr(struct ffile *f, bool peer, struct sockaddr *addr, socklen_t *alen)
+{
+	const struct fsock *sk = f->priv;
+	const struct sockaddr_storage *a = peer ? &sk->remote_peer : &sk->remote_local;
+	socklen_t len = peer ? sk->remote_peer_len : sk->remote_local_len;
+	if (f->kind != FFILE_SOCK || sk->state != FSOCK_REMOTE || !len)
+		return -1;
+	sockaddr_copy_out(a, len, addr, alen);
+	return 0;
+}
+
 int sock_done(struct ffile *f, int rc)
 {
 	ffile_put(&fdtab, f);
@@ -527,7 +552,11 @@ FERRY_EXPORT int close_range(unsigned first, unsigned last, int flags)
 
 FERRY_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *alen)
 {
-	struct ffile *f = sock_file(fd);
+	struct ffile *f = sock_peek(fd);
+	if (f && sock_remote_addr(f, false, addr, alen) == 0)
+		return sock_done(f, 0);
+	if (f && f->kind == FFILE_SOCK && ((struct fsock *)f->priv)->state == FSOCK_REMOTE)
+		handover_adopt(f);
 	bool done = false;
 	if (f && f->kind == FFILE_SOCK) {
 		struct fsock *sk = f->priv;
@@ -545,7 +574,11 @@ FERRY_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *alen)
 
 FERRY_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *alen)
 {
-	struct ffile *f = sock_file(fd);
+	struct ffile *f = sock_peek(fd);
+	if (f && sock_remote_addr(f, true, addr, alen) == 0)
+		return sock_done(f, 0);
+	if (f && f->kind == FFILE_SOCK && ((struct fsock *)f->priv)->state == FSOCK_REMOTE)
+		handover_adopt(f);
 	int rc = 1;
 	if (f && f->kind == FFILE_SOCK) {
 		struct fsock *sk = f->priv;

@@ -120,11 +120,15 @@ static int sock_opt_index(int level, int name)
 
 FERRY_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
-	struct ffile *f = sock_file(fd);
+	struct ffile *f = sock_peek(fd);
 	int rc = 1;
 	if (f && f->kind == FFILE_SOCK && val && len) {
 		struct fsock *sk = f->priv;
-		ferry_lock();
+		/* A fork child's copy of a stream its parent runs is asked before
+		 * its ferry starts: its options are its own file's. */
+		bool locked = ferry_state() == FERRY_ON;
+		if (locked)
+			ferry_lock();
 		if (level == SOL_SOCKET && name == SO_ERROR && *len >= sizeof(int)) {
 			int e = 0;
 			if (sk->state == FSOCK_STREAM)
@@ -151,7 +155,8 @@ FERRY_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *l
 				rc = 0;
 			}
 		}
-		ferry_unlock();
+		if (locked)
+			ferry_unlock();
 	}
 	if (f)
 		ffile_put(&fdtab, f);
@@ -176,6 +181,8 @@ static int sock_setopt_stream(struct ffile *f, int level, int name, const void *
 	if (i < 0 || !val || f->kind != FFILE_SOCK)
 		return 1;
 	struct fsock *sk = f->priv;
+	if (ferry_state() != FERRY_ON)
+		return 1; /* no stream here yet: the option is its file's (sock_setopt_note) */
 	int rc = 1;
 	ferry_lock();
 	if (sk->state == FSOCK_STREAM) {
@@ -210,10 +217,13 @@ static void sock_setopt_note(struct ffile *f, int level, int name, const void *v
 		/* The kernel took it; the stream this socket makes takes it too. */
 		int v;
 		memcpy(&v, val, sizeof(v));
-		ferry_lock();
+		bool locked = ferry_state() == FERRY_ON;
+		if (locked)
+			ferry_lock();
 		sk->opt_val[i] = sock_opt_table[i].boolean ? v != 0 : v;
 		sk->opt_set |= (uint8_t)(1u << i);
-		ferry_unlock();
+		if (locked)
+			ferry_unlock();
 		return;
 	}
 	if (level != SOL_SOCKET)
@@ -229,7 +239,7 @@ static void sock_setopt_note(struct ffile *f, int level, int name, const void *v
 
 FERRY_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-	struct ffile *f = sock_file(fd);
+	struct ffile *f = sock_peek(fd);
 	if (!f)
 		return sys()->setsockopt(fd, level, name, val, len);
 	int rc = sock_setopt_stream(f, level, name, val, len);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/sendfile.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -114,6 +115,7 @@ static const struct sys_fns sys_plain = {
 	.execve = execve,
 	.execvpe = execvpe,
 	.popen = popen,
+	.prctl = prctl,
 };
 
 /* Every member of struct sys_fns by name, for dlsym. */
@@ -139,6 +141,7 @@ static const struct sys_name {
 	SYS_NAME(dup3),		 SYS_NAME(fork),	 SYS_NAME(daemon),
 	SYS_NAME(posix_spawn),	 SYS_NAME(posix_spawnp), SYS_NAME(system),
 	SYS_NAME(execve),	 SYS_NAME(execvpe),	 SYS_NAME(popen),
+	SYS_NAME(prctl),
 };
 /* A member added to struct sys_fns but not here would stay unresolved. */
 _Static_assert(sizeof(sys_names) / sizeof(sys_names[0]) * sizeof(void (*)(void)) ==

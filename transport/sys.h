@@ -82,6 +82,7 @@ struct sys_fns {
 	int (*execve)(const char *, char *const[], char *const[]);
 	int (*execvpe)(const char *, char *const[], char *const[]);
 	FILE *(*popen)(const char *, const char *);
+	int (*prctl)(int, ...);
 };
 
 /* Written only by the resolution, and by a test that stands in for a libc

@@ -120,6 +120,21 @@ counter_eq "passed listener: fallbacks" \
 counter_eq "passed listener: sockets_received" "$(stat_sum sockets_received srvpassl)" 1
 counter_ge "passed listener: streams_accepted" "$(stat_sum streams_accepted srvpassl)" "$nsizes"
 
+# A child that confines itself with seccomp before it uses the connection
+# it inherited (sshd's pre-authentication child) reaches it through a relay
+# in its parent; a child that only reads its copy's addresses and sets an
+# option leaves the connection with its parent, which echoes.
+for mode in sandbox peek; do
+	port=$(free_port)
+	bgf "srv$mode" "$procserve" "$mode" "$port"
+	wait_listen "$port"
+	echo_check "$mode" "$port"
+	stop "$mode" "$port"
+	counter_eq "$mode: client fallbacks" "$(stat_sum fallbacks "cli$mode")" 0
+	counter_ge "$mode: server streams_accepted" "$(stat_sum streams_accepted "srv$mode")" "$nsizes"
+	counter_eq "$mode: streams taken over" "$(stat_sum streams_taken_over "srv$mode")" 0
+done
+
 # A child that drops privileges before it uses the connection it inherited
 # (sshd's, inetd's services): root only. softib's fabric is per user, so a
 # child of another user cannot reach the peer there (a known limit).

@@ -5,6 +5,13 @@
  *             closes its copy at once (postgres, sshd);
  *   dropuid   as fork, the child first becoming nobody (setgid and setuid
  *             65534), as a server that drops privileges per connection;
+ *   sandbox   as fork, the child first confining itself with a seccomp
+ *             filter that kills it at socket(), sendmsg, recvmsg, epoll or
+ *             clone (sshd's pre-authentication child);
+ *   peek      accept, fork a child that reads the connection's addresses
+ *             and sets an option on its copy, then exits; the parent checks
+ *             the child saw the peer it sees, and echoes (a CGI's
+ *             REMOTE_ADDR, sshd's SSH_CONNECTION);
  *   keep      accept, fork a child that closes its copy and exits, and echo
  *             in the parent (a parent that keeps a connection a child held);
  *   exec      accept, fork; the child makes the connection its stdin and
@@ -40,7 +47,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <netinet/tcp.h>
+#include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -224,6 +236,45 @@ static int listen_in_workers(bool pass, int port)
 		pause();
 }
 
+/* sandbox's filter: death at the calls a ferry datapath would need. */
+static int confine(void)
+{
+	static const int banned[] = {SYS_socket,     SYS_socketpair, SYS_sendmsg,	  SYS_recvmsg,
+				     SYS_sendmmsg,   SYS_recvmmsg,   SYS_epoll_wait, SYS_epoll_pwait,
+				     SYS_epoll_ctl,  SYS_clone,	     SYS_clone3,	  SYS_connect};
+	enum { N = sizeof(banned) / sizeof(banned[0]) };
+	struct sock_filter f[2 + 2 * N + 1];
+	unsigned k = 0;
+	f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+					      offsetof(struct seccomp_data, nr));
+	for (unsigned i = 0; i < N; i++) {
+		f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)banned[i],
+						      0, 1);
+		f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+	}
+	f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+	struct sock_fprog prog = {.len = (unsigned short)k, .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		return -1;
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+/* peek's child: the connection's addresses as its parent sees them, and an
+ * option set; exit status 0 when they agree. */
+static int peek_child(int c, const struct sockaddr_storage *peer, socklen_t peer_len)
+{
+	struct sockaddr_storage a, l;
+	socklen_t alen = sizeof(a), llen = sizeof(l);
+	int one = 1, type = 0;
+	socklen_t tl = sizeof(type);
+	if (getpeername(c, (struct sockaddr *)&a, &alen) != 0 || alen != peer_len ||
+	    memcmp(&a, peer, alen) != 0 || getsockname(c, (struct sockaddr *)&l, &llen) != 0 ||
+	    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 ||
+	    getsockopt(c, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM)
+		return 1;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -247,7 +298,8 @@ int main(int argc, char **argv)
 		ready();
 		echo_received(3);
 	}
-	signal(SIGCHLD, SIG_IGN); /* no zombies: children are not waited for */
+	if (strcmp(mode, "peek") != 0)
+		signal(SIGCHLD, SIG_IGN); /* no zombies: children are not waited for */
 	if (!strcmp(mode, "passbound") || !strcmp(mode, "bindfork"))
 		return listen_in_workers(!strcmp(mode, "passbound"), atoi(argv[2]));
 	if (!strcmp(mode, "passconn") || !strcmp(mode, "passlisten")) {
@@ -337,6 +389,10 @@ int main(int argc, char **argv)
 		int c = accept_retry(l);
 		if (c < 0)
 			return 1;
+		struct sockaddr_storage peer;
+		socklen_t peer_len = sizeof(peer);
+		if (getpeername(c, (struct sockaddr *)&peer, &peer_len) != 0)
+			return 1;
 		pid_t pid = fork();
 		if (pid < 0)
 			return 1;
@@ -350,10 +406,25 @@ int main(int argc, char **argv)
 			close(c);
 			continue;
 		}
+		if (!strcmp(mode, "peek")) {
+			if (pid == 0)
+				exit(peek_child(c, &peer, peer_len));
+			int st;
+			if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+				fprintf(stderr, "procserve: the child saw another peer, or failed\n");
+				close(c);
+				continue;
+			}
+			echo(c);
+			close(c);
+			continue;
+		}
 		if (pid == 0) {
 			close(l);
 			if (!strcmp(mode, "dropuid") && (setgid(65534) != 0 || setuid(65534) != 0))
 				_exit(125);
+			if (!strcmp(mode, "sandbox") && confine() != 0)
+				_exit(124);
 			if (!strcmp(mode, "exec")) {
 				if (dup2(c, 0) != 0 || dup2(c, 1) != 1)
 					_exit(126);

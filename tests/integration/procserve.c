@@ -58,7 +58,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int listen_on(int port)
+static int bound_on(int port)
 {
 	int l = socket(AF_INET, SOCK_STREAM, 0);
 	int one = 1;
@@ -66,7 +66,17 @@ static int listen_on(int port)
 	struct sockaddr_in a = {.sin_family = AF_INET,
 				.sin_port = htons((uint16_t)port),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(l, 128) != 0) {
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		perror("procserve: bind");
+		exit(1);
+	}
+	return l;
+}
+
+static int listen_on(int port)
+{
+	int l = bound_on(port);
+	if (listen(l, 128) != 0) {
 		perror("procserve: listen");
 		exit(1);
 	}
@@ -171,26 +181,9 @@ static int accept_retry(int l)
 	return c;
 }
 
-static int bound_on(int port)
+/* A worker's life: accepts on l and echoes each connection, until killed. */
+static _Noreturn void accept_and_echo(int l)
 {
-	int l = socket(AF_INET, SOCK_STREAM, 0);
-	int one = 1;
-	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		perror("procserve: bind");
-		exit(1);
-	}
-	return l;
-}
-
-/* A worker: listens on l, says so on via, then accepts and echoes. */
-static void listen_and_echo(int l, int via)
-{
-	if (listen(l, 128) != 0 || write(via, "k", 1) != 1)
-		_exit(1);
 	for (;;) {
 		int c = accept_retry(l);
 		if (c < 0)
@@ -198,6 +191,14 @@ static void listen_and_echo(int l, int via)
 		echo(c);
 		close(c);
 	}
+}
+
+/* A worker: listens on l, says so on via, then accepts and echoes. */
+static void listen_and_echo(int l, int via)
+{
+	if (listen(l, 128) != 0 || write(via, "k", 1) != 1)
+		_exit(1);
+	accept_and_echo(l);
 }
 
 /* passbound and bindfork: two workers listen on a socket this process only
@@ -317,13 +318,7 @@ int main(int argc, char **argv)
 				int l = recv_fd(pair[1]);
 				if (l < 0 || write(pair[1], "k", 1) != 1)
 					_exit(1);
-				for (;;) {
-					int c = accept_retry(l);
-					if (c < 0)
-						_exit(1);
-					echo(c);
-					close(c);
-				}
+				accept_and_echo(l);
 			}
 			/* A passed connection's worker goes with the server the test
 			 * kills, across its exec too, or it would outlive the test
@@ -371,15 +366,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "prefork")) {
 		for (int i = 0; i < 2; i++) {
-			if (fork() == 0) {
-				for (;;) {
-					int c = accept_retry(l);
-					if (c < 0)
-						_exit(1);
-					echo(c);
-					close(c);
-				}
-			}
+			if (fork() == 0)
+				accept_and_echo(l);
 		}
 		ready();
 		exit(0);

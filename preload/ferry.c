@@ -17,6 +17,7 @@
 #include "preload/lshare.h"
 #include "preload/progress.h"
 #include "preload/reentry.h"
+#include "preload/relay.h"
 #include "preload/statmap.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
@@ -133,6 +134,7 @@ static void ferry_drain_sleep(void)
 
 void ferry_exit_drain(void)
 {
+	relay_exit_wait(FERRY_EXIT_DRAIN_NS); /* a confined process's (relay.h) */
 	if (ferry_state() == FERRY_ON && ferry_lock_depth == 0) {
 		/*
 		 * Bytes a send() accepted must reach the peer even when the

@@ -118,6 +118,8 @@ static int io_stream_locked(struct fsock *sk, int no_stream_err, struct stream *
 /* One stream call for ferry_transfer: bytes, or -errno (-EAGAIN: none). */
 static ssize_t io_step(struct stream *s, struct iov_cursor *cur, bool send, int flags)
 {
+	if (s->relayed)
+		return -EAGAIN; /* a confined process's turn (stream.h) */
 	if (send)
 		return stream_send(ferry.rpc, s, cur->v, cur->n);
 	return stream_recv(ferry.rpc, s, cur->v, cur->n, flags);

@@ -9,9 +9,11 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
+#include "preload/sock.h"
 #include "preload/stream.h"
 #include "transport/sys.h"
 
@@ -45,6 +47,10 @@ struct relay {
 
 /* Only the handover thread touches the list (and fork's child, alone). */
 static struct relay *relays;
+/* Atomic: relays this process runs for itself, and whether it is exiting
+ * (their ends are then flushed and their streams ended, relay_exit_wait). */
+static int relays_own;
+static int relays_exiting;
 
 int relay_add(struct stream *s, struct ffile *pin, int fd, int their_end, int pidfd)
 {
@@ -58,6 +64,11 @@ int relay_add(struct stream *s, struct ffile *pin, int fd, int their_end, int pi
 	r->pidfd = pidfd;
 	r->next = relays;
 	relays = r;
+	ferry_lock();
+	stream_relay_mark(s, true);
+	ferry_unlock();
+	if (their_end < 0)
+		__atomic_add_fetch(&relays_own, 1, __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -96,7 +107,8 @@ static bool relay_turn(struct relay *r)
 	/* Gone: what it had not read stays in the stream, and what it wrote
 	 * before it went still goes to the peer (sshd's child writes the
 	 * client's welcome, then exits), as a kernel socket's buffer would. */
-	bool gone = relay_gone(r);
+	bool gone = relay_gone(r) ||
+		    (r->their_end < 0 && __atomic_load_n(&relays_exiting, __ATOMIC_ACQUIRE));
 	if (r->up_off == r->up_len) {
 		ssize_t n = c->recv(r->fd, r->up, sizeof(r->up), MSG_DONTWAIT);
 		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
@@ -162,6 +174,21 @@ static bool relay_turn(struct relay *r)
 static void relay_free(struct relay *r)
 {
 	const struct sys_fns *c = sys();
+	/* Our own process's confined end was closed: its connection ends here,
+	 * as the close would have ended it (ferry is off in this process by
+	 * now, so the file's release would leave the stream be). */
+	ferry_lock();
+	stream_relay_mark(r->s, false);
+	if (r->their_end < 0 && r->pin) {
+		struct fsock *sk = r->pin->priv;
+		if (sk && sk->stream == r->s) {
+			stream_close(ferry.rpc, r->s);
+			sk->stream = NULL;
+		}
+	}
+	ferry_unlock();
+	if (r->their_end < 0 && r->pin)
+		__atomic_sub_fetch(&relays_own, 1, __ATOMIC_RELEASE);
 	c->close(r->fd);
 	if (r->their_end >= 0)
 		c->close(r->their_end);
@@ -198,12 +225,33 @@ void relay_pump(void)
 	}
 }
 
+void relay_exit_wait(uint64_t max_ns)
+{
+	if (!__atomic_load_n(&relays_own, __ATOMIC_ACQUIRE))
+		return;
+	__atomic_store_n(&relays_exiting, 1, __ATOMIC_RELEASE);
+	/* Naps only: the thread that exits may be under a seccomp filter. */
+	for (uint64_t waited = 0; __atomic_load_n(&relays_own, __ATOMIC_ACQUIRE) && waited < max_ns;
+	     waited += 1000000) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 void relay_fork_child(void)
 {
+	/* Nothing of the parent's is touched: its streams, files and endpoint
+	 * lock are not the child's (fork.c). */
+	__atomic_store_n(&relays_own, 0, __ATOMIC_RELAXED);
+	const struct sys_fns *c = sys();
 	while (relays) {
 		struct relay *r = relays;
 		relays = r->next;
-		r->pin = NULL; /* the parent's reference: its file is not ours */
-		relay_free(r);
+		c->close(r->fd);
+		if (r->their_end >= 0)
+			c->close(r->their_end);
+		if (r->pidfd >= 0)
+			c->close(r->pidfd);
+		free(r);
 	}
 }

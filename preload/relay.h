@@ -9,13 +9,18 @@
  * that does not use them, because the one that does may not reach ferry.
  * The stream outlives the relay: when the confined process closes its end
  * (or exits), the owner keeps what it kept before (its own copy, or an
- * orphan for the next holder).
+ * orphan for the next holder). Meanwhile the owner's own application finds
+ * the stream neither readable nor writable (stream_relay_mark), so what it
+ * writes follows what the confined process wrote, and it reads nothing that
+ * process read: sshd's monitor takes up the session the moment its child
+ * exits.
  */
 #ifndef FERRY_PRELOAD_RELAY_H
 #define FERRY_PRELOAD_RELAY_H
 
 #include <poll.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 struct ffile;
 struct stream;
@@ -38,6 +43,11 @@ void relay_drop(const struct stream *s);
 int relay_poll(struct pollfd *p, int max, int *timeout_ms);
 /* Moves what can move each way, and ends relays whose end was closed. */
 void relay_pump(void);
+/* At exit, any thread, no lock held: the relays this process runs for
+ * itself send what its confined threads wrote and end their streams, as
+ * the kernel would deliver a closed socket's buffer; waits at most max_ns.
+ * Only sleeps while it waits (its caller may be under a seccomp filter). */
+void relay_exit_wait(uint64_t max_ns);
 /* Fork child: the parent's relays are the parent's. */
 void relay_fork_child(void);
 

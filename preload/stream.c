@@ -222,6 +222,8 @@ uint32_t stream_mask(const struct stream *s)
 		uint32_t m = EPOLLIN | EPOLLOUT | EPOLLHUP | EPOLLRDHUP;
 		return s->err ? m | EPOLLERR : m;
 	}
+	if (s->relayed)
+		return 0;
 	uint32_t m = 0;
 	if (rxbuf_avail(&s->rx) || stream_eof(s))
 		m |= EPOLLIN;
@@ -233,6 +235,15 @@ uint32_t stream_mask(const struct stream *s)
 	if (stream_eof(s) && s->wr_shut)
 		m |= EPOLLHUP;
 	return m;
+}
+
+void stream_relay_mark(struct stream *s, bool on)
+{
+	if (on) {
+		s->relayed++;
+	} else if (s->relayed && --s->relayed == 0) {
+		stream_notify(s, EPOLLIN | EPOLLOUT); /* the application's turn again */
+	}
 }
 
 void stream_ready(struct ffile *file, uint32_t mask, uint32_t events)

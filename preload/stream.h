@@ -93,6 +93,10 @@ struct stream {
 	bool move_retry;      /* the owner: the peer was busy; ask again */
 	bool move_refused;
 	bool attaching;       /* the new owner: ATTACH not answered yet */
+	/* Relays pumping it for a confined process (relay.h): the owner's
+	 * application waits, neither readable nor writable, until they end, so
+	 * its bytes follow theirs and it reads none twice. */
+	unsigned relayed;
 	bool move_fin, move_reset; /* the peer: closed while moving, said once attached */
 	uint64_t move_cookie; /* the peer: what the new owner must show */
 	uint64_t move_deadline;
@@ -118,6 +122,9 @@ int stream_open(struct rpc *rpc, int session, struct ffile *file, const struct s
 		socklen_t dst_len, const struct sockaddr *src, socklen_t src_len,
 		struct stream **out);
 
+/* A relay for a confined process starts (on) or ends (off) on s: the
+ * application's file waits meanwhile (see relayed). Endpoint lock held. */
+void stream_relay_mark(struct stream *s, bool on);
 /* Bytes into iov: >0, 0 at end of stream, -EAGAIN, -ECONNRESET ... */
 ssize_t stream_recv(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt,
 		    int flags);

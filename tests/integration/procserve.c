@@ -8,6 +8,8 @@
  *   sandbox   as fork, the child first confining itself with a seccomp
  *             filter that kills it at socket(), sendmsg, recvmsg, epoll or
  *             clone (sshd's pre-authentication child);
+ *   sandboxself as fork, the child confining itself only after it echoed
+ *             a first read (the connection its own by then);
  *   peek      accept, fork a child that reads the connection's addresses
  *             and sets an option on its copy, then exits; the parent checks
  *             the child saw the peer it sees, and echoes (a CGI's
@@ -413,6 +415,14 @@ int main(int argc, char **argv)
 				_exit(125);
 			if (!strcmp(mode, "sandbox") && confine() != 0)
 				_exit(124);
+			if (!strcmp(mode, "sandboxself")) {
+				char buf[4096];
+				ssize_t n = read(c, buf, sizeof(buf));
+				if (n > 0 && write(c, buf, (size_t)n) != n)
+					_exit(123);
+				if (n <= 0 || confine() != 0)
+					_exit(n == 0 ? 0 : 124);
+			}
 			if (!strcmp(mode, "exec")) {
 				if (dup2(c, 0) != 0 || dup2(c, 1) != 1)
 					_exit(126);

@@ -752,6 +752,15 @@ size_t mgmt_peer_pidfds(struct mgmt *m, struct pollfd *pfd)
  * lives, though its management thread be too starved to answer a ping (a
  * loaded host); p's last word moves up to its last packet. True too when
  * an endpoint is busy and cannot be asked now (the next check asks). */
+/* How long the peer has been silent at now: none if it was heard after now
+ * was read (the datapath stamps its own clock, which may run ahead of ours
+ * by the time we look; unsigned, that difference read as centuries of
+ * silence and a live peer was declared dead). */
+static uint64_t peer_silent_ns(const struct mpeer *p, uint64_t now)
+{
+	return p->last_heard_ns > now ? 0 : now - p->last_heard_ns;
+}
+
 static bool peer_heard_on_datapath(struct mgmt *m, struct mpeer *p, uint64_t now, uint64_t fail_ns)
 {
 	bool busy = false;
@@ -769,7 +778,7 @@ static bool peer_heard_on_datapath(struct mgmt *m, struct mpeer *p, uint64_t now
 		if (rx > p->last_heard_ns)
 			p->last_heard_ns = rx;
 	}
-	return busy || now - p->last_heard_ns < fail_ns;
+	return busy || peer_silent_ns(p, now) < fail_ns;
 }
 
 /* Closes sessions the endpoint dropped by itself, drops old tombstones. */
@@ -838,7 +847,7 @@ int mgmt_timers(struct mgmt *m, uint64_t now)
 			}
 			if (!peer->pinged && peer->next_ping_ns < next)
 				next = peer->next_ping_ns;
-		} else if (now - peer->last_heard_ns >= fail_ns &&
+		} else if (peer_silent_ns(peer, now) >= fail_ns &&
 		    !peer_heard_on_datapath(m, peer, now, fail_ns)) {
 			log_warn("mgmt: peer %016llx silent for %u ms, declared dead; resetting its "
 				 "sessions",

@@ -15,6 +15,7 @@
 #include "preload/ferry.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
+#include "transport/rpc.h"
 #include "transport/sys.h"
 
 #define RELAY_BUF (64u * 1024u)
@@ -40,6 +41,7 @@ struct relay {
 	int their_end; /* a duplicate of the confined process's end, or -1 */
 	int pidfd;     /* that process: the relay ends with it (-1: at EOF) */
 	bool told_eof; /* the stream ended, and the confined process was told */
+	bool closed;   /* ours, at exit: FIN sent, waiting for all to be delivered */
 	uint32_t up_off, up_len; /* from the confined process, for the peer */
 	uint32_t sent;           /* copied to it, not yet let go of by the stream */
 	uint8_t up[RELAY_BUF], down[2 * RELAY_BUF];
@@ -100,6 +102,30 @@ static bool relay_gone(const struct relay *r)
 	return r->pidfd >= 0 && sys()->poll(&p, 1, 0) > 0;
 }
 
+/* A relay of our own whose end was closed, or at exit, all it was written
+ * sent: the stream ends (FIN), and the relay stays until every byte is
+ * delivered, so an exit waits for them (relay_exit_wait), as the kernel
+ * delivers a closed socket's buffer after the process is gone. False when
+ * that is done. */
+static bool relay_close_own(struct relay *r)
+{
+	ferry_lock();
+	stream_run_once(ferry.rpc);
+	if (!r->closed) {
+		/* The stream may be freed once its FIN is answered: let go first. */
+		stream_relay_mark(r->s, false);
+		struct fsock *sk = r->pin ? r->pin->priv : NULL;
+		if (sk && sk->stream == r->s) {
+			stream_close(ferry.rpc, r->s);
+			sk->stream = NULL;
+		}
+		r->closed = true;
+	}
+	bool undelivered = rpc_busy(ferry.rpc) || stream_tx_undelivered();
+	ferry_unlock();
+	return undelivered;
+}
+
 /* One relay's turn: false when it is over. */
 static bool relay_turn(struct relay *r)
 {
@@ -110,11 +136,12 @@ static bool relay_turn(struct relay *r)
 	bool gone = relay_gone(r) ||
 		    (r->their_end < 0 && __atomic_load_n(&relays_exiting, __ATOMIC_ACQUIRE));
 	if (r->up_off == r->up_len) {
-		ssize_t n = c->recv(r->fd, r->up, sizeof(r->up), MSG_DONTWAIT);
-		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-			return false; /* closed there (only without their_end) */
-		if (n < 0 && gone)
-			return false; /* all it wrote went */
+		ssize_t n = r->closed ? 0 : c->recv(r->fd, r->up, sizeof(r->up), MSG_DONTWAIT);
+		bool ended = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+		if (r->their_end < 0 && (ended || (n < 0 && gone)))
+			return relay_close_own(r); /* closed, or exiting: FIN, then delivery */
+		if (ended || (n < 0 && gone))
+			return false; /* its end closed, or all it wrote before it went went */
 		if (n > 0) {
 			r->up_off = 0;
 			r->up_len = (uint32_t)n;
@@ -178,8 +205,9 @@ static void relay_free(struct relay *r)
 	 * as the close would have ended it (ferry is off in this process by
 	 * now, so the file's release would leave the stream be). */
 	ferry_lock();
-	stream_relay_mark(r->s, false);
-	if (r->their_end < 0 && r->pin) {
+	if (!r->closed)
+		stream_relay_mark(r->s, false);
+	if (r->their_end < 0 && r->pin && !r->closed) {
 		struct fsock *sk = r->pin->priv;
 		if (sk && sk->stream == r->s) {
 			stream_close(ferry.rpc, r->s);

@@ -671,29 +671,37 @@ void handover_exit_wait(uint64_t max_ns)
 /* Asks the owner for the stream: the connected socket its answer comes on,
  * or -errno. Needs nothing of this process's ferry, so the owner stops the
  * stream while this one builds its endpoint. */
-static int ho_ask(const struct fsock *sk)
+/* A connection to owner's handover thread, bounded both ways: the fd, or
+ * -errno. */
+static int ho_dial(pid_t owner)
 {
 	const struct sys_fns *c = sys();
 	struct sockaddr_un a;
-	socklen_t alen = ho_addr(sk->remote_pid, &a);
+	socklen_t alen = ho_addr(owner, &a);
 	int fd = c->socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	struct timeval tv = {.tv_sec = HO_FETCH_MS / 1000};
 	c->setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	c->setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (c->connect(fd, (struct sockaddr *)&a, alen) != 0) {
+		int rc = -errno;
+		c->close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+static int ho_ask(const struct fsock *sk)
+{
 	struct ho_req req = {.magic = STREAM_SNAP_MAGIC,
 			     .sid = sk->remote_sid,
 			     .peer_sid = sk->remote_peer_sid,
 			     .token = sk->remote_token};
-	int rc = 0;
-	if (c->connect(fd, (struct sockaddr *)&a, alen) != 0)
-		rc = -errno;
-	else if (ho_send_all(fd, &req, sizeof(req)) != 0)
-		rc = -ECONNRESET;
-	if (rc) {
-		c->close(fd);
-		return rc;
+	int fd = ho_dial(sk->remote_pid);
+	if (fd >= 0 && ho_send_all(fd, &req, sizeof(req)) != 0) {
+		sys()->close(fd);
+		return -ECONNRESET;
 	}
 	return fd;
 }
@@ -727,14 +735,9 @@ int handover_relay(struct ffile *f, int theirs, int mine)
 	} else {
 		return -ENOTCONN;
 	}
-	const struct sys_fns *c = sys();
-	struct sockaddr_un a;
-	socklen_t alen = ho_addr(owner, &a);
-	int fd = c->socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = ho_dial(owner);
 	if (fd < 0)
-		return -errno;
-	struct timeval tv = {.tv_sec = HO_FETCH_MS / 1000};
-	c->setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		return fd;
 	/* Another process relays: it gets our end too, to see what we read
 	 * (relay.h); ours relays to itself and sees our close instead. */
 	int fds[2] = {theirs, mine};
@@ -753,12 +756,10 @@ int handover_relay(struct ffile *f, int theirs, int mine)
 	cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
 	memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
 	int32_t status = -ECONNRESET;
-	if (c->connect(fd, (struct sockaddr *)&a, alen) != 0)
-		status = -errno;
-	else if (c->sendmsg(fd, &m, MSG_NOSIGNAL) != (ssize_t)sizeof(req) ||
-		 ho_recv_all(fd, &status, sizeof(status)) != 0)
+	if (sys()->sendmsg(fd, &m, MSG_NOSIGNAL) != (ssize_t)sizeof(req) ||
+	    ho_recv_all(fd, &status, sizeof(status)) != 0)
 		status = -ECONNRESET;
-	c->close(fd);
+	sys()->close(fd);
 	return status;
 }
 

@@ -33,14 +33,26 @@
 
 /* --- helpers shared with io.c --- */
 
-struct ffile *sock_get(int fd)
+/* fd's socket file (or a dead inherited one), referenced; NULL otherwise. */
+static struct ffile *sock_lookup(int fd)
 {
 	struct ffile *f = fdtable_get(&fdtab, fd);
 	if (f && f->kind != FFILE_SOCK && f->kind != FFILE_DEAD) {
 		ffile_put(&fdtab, f);
 		return NULL;
 	}
-	if (f && f->kind == FFILE_SOCK && ((struct fsock *)f->priv)->state == FSOCK_REMOTE)
+	return f;
+}
+
+static bool sock_is_remote(const struct ffile *f)
+{
+	return f->kind == FFILE_SOCK && ((const struct fsock *)f->priv)->state == FSOCK_REMOTE;
+}
+
+struct ffile *sock_get(int fd)
+{
+	struct ffile *f = sock_lookup(fd);
+	if (f && sock_is_remote(f))
 		handover_adopt(f);
 	return f;
 }
@@ -56,24 +68,23 @@ struct ffile *sock_peek(int fd)
 {
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return NULL;
-	struct ffile *f = fdtable_get(&fdtab, fd);
-	if (f && f->kind != FFILE_SOCK && f->kind != FFILE_DEAD) {
-		ffile_put(&fdtab, f);
-		return NULL;
-	}
-	return f;
+	return sock_lookup(fd);
 }
 
-/* getsockname and getpeername of a stream another process runs: from what
- * the fork left (0), or -1 when it left nothing (then taken over). */
+/* getsockname and getpeername of a stream another process runs: answered
+ * from what the fork left (0), or, where it left nothing (passed or exec'd
+ * copies), taken over so the stream answers (-1, as for any other file). */
 static int sock_remote_addr(struct ffile *f, bool peer, struct sockaddr *addr, socklen_t *alen)
 {
-	const struct fsock *sk = f->priv;
-	const struct sockaddr_storage *a = peer ? &sk->remote_peer : &sk->remote_local;
-	socklen_t len = peer ? sk->remote_peer_len : sk->remote_local_len;
-	if (f->kind != FFILE_SOCK || sk->state != FSOCK_REMOTE || !len)
+	if (!f || !sock_is_remote(f))
 		return -1;
-	sockaddr_copy_out(a, len, addr, alen);
+	const struct fsock *sk = f->priv;
+	socklen_t len = peer ? sk->remote_peer_len : sk->remote_local_len;
+	if (!len) {
+		handover_adopt(f);
+		return -1;
+	}
+	sockaddr_copy_out(peer ? &sk->remote_peer : &sk->remote_local, len, addr, alen);
 	return 0;
 }
 
@@ -553,10 +564,8 @@ FERRY_EXPORT int close_range(unsigned first, unsigned last, int flags)
 FERRY_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *alen)
 {
 	struct ffile *f = sock_peek(fd);
-	if (f && sock_remote_addr(f, false, addr, alen) == 0)
+	if (sock_remote_addr(f, false, addr, alen) == 0)
 		return sock_done(f, 0);
-	if (f && f->kind == FFILE_SOCK && ((struct fsock *)f->priv)->state == FSOCK_REMOTE)
-		handover_adopt(f);
 	bool done = false;
 	if (f && f->kind == FFILE_SOCK) {
 		struct fsock *sk = f->priv;
@@ -575,10 +584,8 @@ FERRY_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *alen)
 FERRY_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *alen)
 {
 	struct ffile *f = sock_peek(fd);
-	if (f && sock_remote_addr(f, true, addr, alen) == 0)
+	if (sock_remote_addr(f, true, addr, alen) == 0)
 		return sock_done(f, 0);
-	if (f && f->kind == FFILE_SOCK && ((struct fsock *)f->priv)->state == FSOCK_REMOTE)
-		handover_adopt(f);
 	int rc = 1;
 	if (f && f->kind == FFILE_SOCK) {
 		struct fsock *sk = f->priv;

@@ -189,7 +189,7 @@ Test(mgmt_failure, a_stopped_peer_on_this_host_is_not_declared_dead, .timeout = 
 
 /* A peer process killed (no goodbye) is noticed at once, long before the
  * failure timeout (ten minutes here, past the test's own timeout). */
-Test(mgmt_failure, a_killed_peer_is_noticed_before_the_failure_timeout, .timeout = 20)
+Test(mgmt_failure, a_killed_peer_is_noticed_before_the_failure_timeout, .timeout = 60)
 {
 	struct ferry_config cfg = tmu_config(PATIENT_MS, HEARTBEAT_MS);
 	struct tmu_server srv = tmu_server_fork(&cfg);

@@ -54,7 +54,7 @@ static unsigned send_one(struct nic *n, struct nic_peer *to, const void *hdr, ui
 	return nic_tx_burst(n, &tx, 1);
 }
 
-Test(nic_test, delivers_concatenated_sges_in_order)
+Test(nic_test, delivers_concatenated_sges_in_order, .timeout = 30)
 {
 	struct pair p;
 	pair_open(&p, 1024, 16);
@@ -84,7 +84,7 @@ Test(nic_test, delivers_concatenated_sges_in_order)
 	pair_close(&p);
 }
 
-Test(nic_test, full_queue_drops_and_counts)
+Test(nic_test, full_queue_drops_and_counts, .timeout = 30)
 {
 	struct pair p;
 	pair_open(&p, 256, 4);
@@ -111,7 +111,7 @@ Test(nic_test, full_queue_drops_and_counts)
 	pair_close(&p);
 }
 
-Test(nic_test, oversize_and_closed_peer_are_lost)
+Test(nic_test, oversize_and_closed_peer_are_lost, .timeout = 30)
 {
 	struct pair p;
 	pair_open(&p, 64, 4);
@@ -133,7 +133,7 @@ Test(nic_test, oversize_and_closed_peer_are_lost)
 	pair_close(&p);
 }
 
-Test(nic_test, foreign_routes_are_refused)
+Test(nic_test, foreign_routes_are_refused, .timeout = 30)
 {
 	struct pair p;
 	pair_open(&p, 64, 4);
@@ -150,7 +150,7 @@ Test(nic_test, foreign_routes_are_refused)
 	pair_close(&p);
 }
 
-Test(nic_test, route_format_names_fabric_and_address)
+Test(nic_test, route_format_names_fabric_and_address, .timeout = 30)
 {
 	struct pair p;
 	pair_open(&p, 64, 4);
@@ -169,7 +169,7 @@ static int readable(int fd)
 	return poll(&pfd, 1, 0);
 }
 
-Test(nic_test, notify_fd_becomes_readable)
+Test(nic_test, notify_fd_becomes_readable, .timeout = 30)
 {
 	struct pair p;
 	pair_open(&p, 64, 8);

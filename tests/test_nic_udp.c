@@ -39,7 +39,7 @@ static int socket_without_ipv6(int domain, int type, int protocol)
 	return real_socket(domain, type, protocol);
 }
 
-Test(nic_udp, defaults_to_max_udp_payload)
+Test(nic_udp, defaults_to_max_udp_payload, .timeout = 60)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);
@@ -87,7 +87,7 @@ Test(nic_udp, every_size_arrives_intact_from_two_sges, .timeout = 60)
 	pair_close(&p);
 }
 
-Test(nic_udp, burst_of_64_in_one_call, .timeout = 30)
+Test(nic_udp, burst_of_64_in_one_call, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -139,7 +139,7 @@ static void check_apart(struct pair *p, struct nic_rx *rx, uint32_t n, uint32_t 
  * sleep on the notify fd may then stand for a look (preload's epoll skips
  * one). Only a receive that took fewer than it asked for can tell, and a
  * wake-up taken from the fd since that receive began unsays it. */
-Test(nic_udp, a_receive_says_when_it_emptied_the_socket, .timeout = 30)
+Test(nic_udp, a_receive_says_when_it_emptied_the_socket, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -165,7 +165,7 @@ Test(nic_udp, a_receive_says_when_it_emptied_the_socket, .timeout = 30)
 
 /* The edge that announced them is gone once a wake-up is taken: the look
  * after it takes everything queued, not one datagram alone. */
-Test(nic_udp, a_look_after_a_wake_up_takes_all_that_is_queued, .timeout = 30)
+Test(nic_udp, a_look_after_a_wake_up_takes_all_that_is_queued, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -187,7 +187,7 @@ Test(nic_udp, a_look_after_a_wake_up_takes_all_that_is_queued, .timeout = 30)
 
 /* Sleepers watch the socket edge triggered: a datagram left queued behind
  * a look would wake nobody, so arming says to look first. */
-Test(nic_udp, arming_asks_for_a_look_while_datagrams_may_be_queued, .timeout = 30)
+Test(nic_udp, arming_asks_for_a_look_while_datagrams_may_be_queued, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -207,7 +207,7 @@ Test(nic_udp, arming_asks_for_a_look_while_datagrams_may_be_queued, .timeout = 3
 	pair_close(&p);
 }
 
-Test(nic_udp, returned_buffers_are_reused_in_any_order, .timeout = 30)
+Test(nic_udp, returned_buffers_are_reused_in_any_order, .timeout = 60)
 {
 	struct pair p;
 	/* Two packets of LEN do not fit in 2048 bytes: one datagram each, and
@@ -305,7 +305,7 @@ static ssize_t raw_recv(int s, uint8_t *buf, size_t cap)
 	return recv(s, buf, cap, MSG_DONTWAIT);
 }
 
-Test(nic_udp, small_packets_to_one_peer_share_a_datagram, .timeout = 30)
+Test(nic_udp, small_packets_to_one_peer_share_a_datagram, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -355,7 +355,7 @@ Test(nic_udp, small_packets_to_one_peer_share_a_datagram, .timeout = 30)
 	pair_close(&p);
 }
 
-Test(nic_udp, a_bundle_arrives_as_its_packets_however_few_are_asked_for, .timeout = 30)
+Test(nic_udp, a_bundle_arrives_as_its_packets_however_few_are_asked_for, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -386,7 +386,7 @@ Test(nic_udp, a_bundle_arrives_as_its_packets_however_few_are_asked_for, .timeou
 	pair_close(&p);
 }
 
-Test(nic_udp, malformed_bundles_are_dropped_and_counted, .timeout = 30)
+Test(nic_udp, malformed_bundles_are_dropped_and_counted, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 1500);
@@ -458,7 +458,7 @@ static void carries(struct nic *from, struct nic_peer *peer, struct nic *to, uin
 /* A nic starts on loopback, and tells its peers so outright; widened, it
  * listens on the wildcard at the same port and number, so the route a peer
  * already holds still reaches it, and a new peer gets the wildcard route. */
-Test(nic_udp, a_nic_starts_on_loopback_and_widens_in_place)
+Test(nic_udp, a_nic_starts_on_loopback_and_widens_in_place, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -504,7 +504,7 @@ Test(nic_udp, a_nic_starts_on_loopback_and_widens_in_place)
 	pair_close(&p);
 }
 
-Test(nic_udp, route_fixup_fills_only_a_wildcard_host)
+Test(nic_udp, route_fixup_fills_only_a_wildcard_host, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -556,7 +556,7 @@ Test(nic_udp, route_fixup_fills_only_a_wildcard_host)
 	pair_close(&p);
 }
 
-Test(nic_udp, route_format_refuses_foreign_routes)
+Test(nic_udp, route_format_refuses_foreign_routes, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -579,7 +579,7 @@ Test(nic_udp, route_format_refuses_foreign_routes)
 	pair_close(&p);
 }
 
-Test(nic_udp, any_datagram_arrives_as_a_packet)
+Test(nic_udp, any_datagram_arrives_as_a_packet, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 1500);
@@ -622,7 +622,7 @@ Test(nic_udp, any_datagram_arrives_as_a_packet)
 	pair_close(&p);
 }
 
-Test(nic_udp, hard_send_error_drops_one_packet_not_the_burst)
+Test(nic_udp, hard_send_error_drops_one_packet_not_the_burst, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -649,7 +649,7 @@ Test(nic_udp, hard_send_error_drops_one_packet_not_the_burst)
 	pair_close(&p);
 }
 
-Test(nic_udp, a_peer_whose_port_is_gone_costs_only_its_packets, .timeout = 30)
+Test(nic_udp, a_peer_whose_port_is_gone_costs_only_its_packets, .timeout = 60)
 {
 	struct pair p;
 	pair_open(&p, 0);
@@ -711,7 +711,7 @@ static void log_done(void)
 /* A peer whose port has gone is counted, not warned about (the peer's death
  * is mgmt's to report), and does not use up the one warning a real send
  * failure gets. */
-Test(nic_udp, a_peer_whose_port_is_gone_is_counted_quietly, .timeout = 30)
+Test(nic_udp, a_peer_whose_port_is_gone_is_counted_quietly, .timeout = 60)
 {
 	log_to_file();
 	struct ferry_config cfg;
@@ -750,7 +750,7 @@ Test(nic_udp, a_peer_whose_port_is_gone_is_counted_quietly, .timeout = 30)
 	log_done();
 }
 
-Test(nic_udp, without_ipv6_falls_back_to_ipv4)
+Test(nic_udp, without_ipv6_falls_back_to_ipv4, .timeout = 60)
 {
 	struct nic *v6 = NULL;
 	struct ferry_config cfg;

@@ -146,7 +146,7 @@ Test(nic_udp_fds, many_peers_leave_the_application_its_descriptors, .timeout = 6
 }
 
 /* Too low a limit to hide anything: no peer takes a number of its own. */
-Test(nic_udp_fds, a_small_limit_changes_no_numbers, .timeout = 30)
+Test(nic_udp_fds, a_small_limit_changes_no_numbers, .timeout = 60)
 {
 	set_nofile(64);
 	struct fds_pair p;
@@ -160,7 +160,7 @@ Test(nic_udp_fds, a_small_limit_changes_no_numbers, .timeout = 30)
  * table grows to the highest number in use (and a fork copies it), so a
  * socket at half of a million-descriptor limit would cost megabytes.
  */
-Test(nic_udp_fds, a_huge_limit_keeps_the_table_small, .timeout = 30)
+Test(nic_udp_fds, a_huge_limit_keeps_the_table_small, .timeout = 60)
 {
 	set_nofile(1 << 20);
 	struct fds_pair p;

@@ -56,7 +56,7 @@ static void stream_pair(int *cli, int *srv, int *lis)
 	cr_assert_geq(*srv, 0, "accept: %s", strerror(errno));
 }
 
-Test(start, a_bad_value_is_refused_by_name_and_ferry_stays_off, .timeout = 20)
+Test(start, a_bad_value_is_refused_by_name_and_ferry_stays_off, .timeout = 30)
 {
 	setenv("FERRY_SPIN_US", "lots", 1);
 	char path[] = "/tmp/ferry-test-log.XXXXXX";
@@ -80,7 +80,7 @@ Test(start, a_bad_value_is_refused_by_name_and_ferry_stays_off, .timeout = 20)
 	unlink(path);
 }
 
-Test(start, disabled_means_pass_through, .timeout = 20)
+Test(start, disabled_means_pass_through, .timeout = 30)
 {
 	setenv("FERRY_ENABLE", "0", 1);
 	int threads = count_threads();
@@ -92,7 +92,7 @@ Test(start, disabled_means_pass_through, .timeout = 20)
 	close(fd);
 }
 
-Test(start, when_ferry_cannot_start_connections_are_counted_as_fallbacks, .timeout = 20)
+Test(start, when_ferry_cannot_start_connections_are_counted_as_fallbacks, .timeout = 30)
 {
 	/* No verbs device on a test host: the ib datapath cannot open. */
 	setenv("FERRY_TRANSPORT", "ib", 1);
@@ -117,7 +117,7 @@ Test(start, when_ferry_cannot_start_connections_are_counted_as_fallbacks, .timeo
 	close(lis);
 }
 
-Test(start, ineligible_sockets_do_not_start_ferry, .timeout = 20)
+Test(start, ineligible_sockets_do_not_start_ferry, .timeout = 30)
 {
 	env_udp();
 	int u = socket(AF_INET, SOCK_DGRAM, 0);

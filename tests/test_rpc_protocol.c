@@ -647,7 +647,7 @@ Test(rpc_protocol, udp_gso_paced_loss_every_byte, .timeout = 240)
  * fork child that makes one session for one connection took a page per
  * slot, 16 at 64 slots of 128 credits. Made and connected: the rings are
  * mapped once the credits are known. */
-Test(rpc_protocol, a_new_session_faults_in_no_page_per_slot)
+Test(rpc_protocol, a_new_session_faults_in_no_page_per_slot, .timeout = 240)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);

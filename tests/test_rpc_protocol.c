@@ -183,7 +183,7 @@ ParameterizedTestParameters(rpc_protocol, echo_sizes)
 	return cr_make_param_array(struct transport_param, t, sizeof(t) / sizeof(t[0]));
 }
 
-ParameterizedTest(struct transport_param *tp, rpc_protocol, echo_sizes, .timeout = 120)
+ParameterizedTest(struct transport_param *tp, rpc_protocol, echo_sizes, .timeout = 240)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);
@@ -220,7 +220,7 @@ ParameterizedTestParameters(rpc_protocol, backlog_and_credit_exhaustion)
 }
 
 ParameterizedTest(struct transport_param *tp, rpc_protocol, backlog_and_credit_exhaustion,
-		  .timeout = 120)
+		  .timeout = 240)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);
@@ -341,7 +341,7 @@ static bool deferred_arrived(void *ctx)
 }
 
 ParameterizedTest(struct transport_param *tp, rpc_protocol, deferred_response_and_reset,
-		  .timeout = 120)
+		  .timeout = 240)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);
@@ -403,7 +403,7 @@ static void raw_send(struct nic *from, struct nic_peer *to, const void *pkt, uin
 }
 
 ParameterizedTest(struct transport_param *tp, rpc_protocol, hostile_packets_dropped_and_counted,
-		  .timeout = 120)
+		  .timeout = 240)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);

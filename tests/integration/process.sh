@@ -120,12 +120,13 @@ counter_eq "passed listener: fallbacks" \
 counter_eq "passed listener: sockets_received" "$(stat_sum sockets_received srvpassl)" 1
 counter_ge "passed listener: streams_accepted" "$(stat_sum streams_accepted srvpassl)" "$nsizes"
 
-# A child that confines itself with seccomp before it uses the connection
+# A child that confines itself with seccomp (through prctl, or the system
+# call as libseccomp does: sandboxsys) before it uses the connection
 # it inherited (sshd's pre-authentication child) reaches it through a relay
 # in its parent, or in itself once the connection is its own (the end comes
 # when it exits); a child that only reads its copy's addresses and sets an
 # option leaves the connection with its parent, which echoes.
-for mode in sandbox sandboxself peek; do
+for mode in sandbox sandboxsys sandboxself peek; do
 	port=$(free_port)
 	bgf "srv$mode" "$procserve" "$mode" "$port"
 	wait_listen "$port"

@@ -8,6 +8,8 @@
  *   sandbox   as fork, the child first confining itself with a seccomp
  *             filter that kills it at socket(), sendmsg, recvmsg, epoll or
  *             clone (sshd's pre-authentication child);
+ *   sandboxsys as sandbox, the filter loaded with the seccomp(2) system
+ *             call, as libseccomp loads it;
  *   sandboxself as fork, the child confining itself only after it echoed
  *             a first read (the connection its own by then);
  *   peek      accept, fork a child that reads the connection's addresses
@@ -240,7 +242,7 @@ static int listen_in_workers(bool pass, int port)
 }
 
 /* sandbox's filter: death at the calls a ferry datapath would need. */
-static int confine(void)
+static int confine(bool by_syscall)
 {
 	static const int banned[] = {SYS_socket,     SYS_socketpair, SYS_sendmsg,	  SYS_recvmsg,
 				     SYS_sendmmsg,   SYS_recvmmsg,   SYS_epoll_wait, SYS_epoll_pwait,
@@ -259,6 +261,8 @@ static int confine(void)
 	struct sock_fprog prog = {.len = (unsigned short)k, .filter = f};
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 		return -1;
+	if (by_syscall)
+		return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
 	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
 }
 
@@ -413,14 +417,15 @@ int main(int argc, char **argv)
 			close(l);
 			if (!strcmp(mode, "dropuid") && (setgid(65534) != 0 || setuid(65534) != 0))
 				_exit(125);
-			if (!strcmp(mode, "sandbox") && confine() != 0)
+			if (!strncmp(mode, "sandbox", 7) && strcmp(mode, "sandboxself") &&
+			    confine(!strcmp(mode, "sandboxsys")) != 0)
 				_exit(124);
 			if (!strcmp(mode, "sandboxself")) {
 				char buf[4096];
 				ssize_t n = read(c, buf, sizeof(buf));
 				if (n > 0 && write(c, buf, (size_t)n) != n)
 					_exit(123);
-				if (n <= 0 || confine() != 0)
+				if (n <= 0 || confine(false) != 0)
 					_exit(n == 0 ? 0 : 124);
 			}
 			if (!strcmp(mode, "exec")) {

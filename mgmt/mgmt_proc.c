@@ -80,7 +80,7 @@ int mgmt_proc_watch(const struct mgmt_proc *self, const struct mgmt_proc *peer)
 	if (!self->host || peer->host != self->host || peer->pid == self->pid || !peer->pid)
 		return -EREMOTE;
 #ifdef SYS_pidfd_open
-	int fd = (int)syscall(SYS_pidfd_open, (pid_t)peer->pid, 0);
+	int fd = (int)sys()->syscall(SYS_pidfd_open, (pid_t)peer->pid, 0);
 	if (fd < 0)
 		return -errno;
 	/* Read after the pidfd is held: if the pid still names the process

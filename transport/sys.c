@@ -116,6 +116,7 @@ static const struct sys_fns sys_plain = {
 	.execvpe = execvpe,
 	.popen = popen,
 	.prctl = prctl,
+	.syscall = syscall,
 };
 
 /* Every member of struct sys_fns by name, for dlsym. */
@@ -141,7 +142,7 @@ static const struct sys_name {
 	SYS_NAME(dup3),		 SYS_NAME(fork),	 SYS_NAME(daemon),
 	SYS_NAME(posix_spawn),	 SYS_NAME(posix_spawnp), SYS_NAME(system),
 	SYS_NAME(execve),	 SYS_NAME(execvpe),	 SYS_NAME(popen),
-	SYS_NAME(prctl),
+	SYS_NAME(prctl),	 SYS_NAME(syscall),
 };
 /* A member added to struct sys_fns but not here would stay unresolved. */
 _Static_assert(sizeof(sys_names) / sizeof(sys_names[0]) * sizeof(void (*)(void)) ==

@@ -83,6 +83,7 @@ struct sys_fns {
 	int (*execvpe)(const char *, char *const[], char *const[]);
 	FILE *(*popen)(const char *, const char *);
 	int (*prctl)(int, ...);
+	long (*syscall)(long, ...);
 };
 
 /* Written only by the resolution, and by a test that stands in for a libc

@@ -174,8 +174,10 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 					ferry_flush_locked();
 					txdefer_flush();
 				}
-				stream_run_once(ferry.rpc);
-				n = io_step(s, &cur, send, sflags);
+				if (send || !nonblock || !wait_miss_skips_look()) {
+					stream_run_once(ferry.rpc);
+					n = io_step(s, &cur, send, sflags);
+				}
 			}
 		}
 		ferry_unlock(); /* DATA leaves at this thread's next wait */

@@ -257,6 +257,25 @@ bool wait_rx_drained(void)
 	return ops && ops->rx_drained && ops->rx_drained();
 }
 
+/*
+ * A non-blocking receive that finds its stream empty leaves the nic
+ * unread when the last look found it empty and no wake-up came since: an
+ * event loop waits next, and its wait looks or sleeps on the nic, so the
+ * look would be a system call that finds nothing (pgbench -S -c 8 over
+ * udp: one a query, and 14-20% more transactions without it). A thread
+ * that tries again without waiting in between (a loop of receives) looks
+ * each time after its first: nobody else may be about to.
+ */
+static __thread bool wait_miss_unlooked __attribute__((tls_model("initial-exec")));
+
+bool wait_miss_skips_look(void)
+{
+	if (wait_miss_unlooked || !wait_rx_drained())
+		return false;
+	wait_miss_unlooked = true;
+	return true;
+}
+
 void wait_rx_notified(void)
 {
 	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
@@ -266,6 +285,7 @@ void wait_rx_notified(void)
 
 void wait_flush(void)
 {
+	wait_miss_unlooked = false; /* every wait begins here */
 	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
 	if (ops && ops->flush)
 		ops->flush();

@@ -103,6 +103,9 @@ unsigned wait_progress_run(void);
 /* Whether a look at the nic before sleeping on its fd can be skipped:
  * its last look found nothing left, and the fd wakes for what came since. */
 bool wait_rx_drained(void);
+/* Whether a non-blocking receive that found nothing may leave the nic
+ * unread (see wait.c). */
+bool wait_miss_skips_look(void);
 /* Called by whoever takes a wake-up from the nic's fd, before running the
  * loop for it: its packets stay queued if that run finds the loop busy. */
 void wait_rx_notified(void);

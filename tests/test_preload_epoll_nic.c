@@ -10,7 +10,9 @@
  * its own nic's fd in. A sleeper the nic woke wakes nobody but the other
  * sleepers for what its loop finds. A spin that finds its events drops a
  * kept registration: a spinning thread does not sleep, and the fd would
- * only put a wake-up callback into every packet's path.
+ * only put a wake-up callback into every packet's path. A non-blocking
+ * receive that finds nothing leaves an emptied nic unread unless it comes
+ * again without a wait in between.
  */
 #include "autoconfig.h"
 
@@ -527,4 +529,23 @@ Test(epoll_nic, a_wake_up_from_the_nic_is_said_before_its_pass)
 	cr_assert_eq(s.got, 1);
 	cr_assert_eq(read(nic_fd, &v, sizeof(v)), (ssize_t)sizeof(v));
 	close(ep);
+}
+
+/* A non-blocking receive that finds its stream empty is followed, in an
+ * event loop, by a wait that looks at the nic or sleeps on it: its own
+ * look would be a system call that finds nothing. A thread that tries
+ * again without a wait in between looks: nobody may be about to. */
+Test(epoll_nic, a_receive_that_finds_nothing_looks_only_if_no_wait_follows)
+{
+	__atomic_store_n(&nic_was_drained, true, __ATOMIC_RELAXED);
+	wait_set_progress(&drained_ops, 0);
+	wait_flush();
+	cr_expect(wait_miss_skips_look(), "a miss at an emptied nic looked");
+	cr_expect_not(wait_miss_skips_look(), "a second miss without a wait in between did not look");
+	cr_expect_not(wait_miss_skips_look(), "a third miss without a wait did not look");
+	wait_flush(); /* a wait */
+	cr_expect(wait_miss_skips_look(), "the first miss after a wait looked");
+	wait_flush();
+	__atomic_store_n(&nic_was_drained, false, __ATOMIC_RELAXED);
+	cr_expect_not(wait_miss_skips_look(), "a miss at a nic that may hold packets did not look");
 }

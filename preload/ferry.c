@@ -140,7 +140,10 @@ void ferry_exit_drain(void)
 		 * Bytes a send() accepted must reach the peer even when the
 		 * process exits right after close(), as the kernel delivers a
 		 * closed socket's buffer: send what is queued and the FINs, and
-		 * wait for the answers, bounded (a dead peer answers nothing).
+		 * wait for the answers, bounded (a dead peer answers nothing),
+		 * and not at all for a peer known to be gone: a fork-per-
+		 * connection server's child that exited as our FIN went out
+		 * (xinetd's, inetd's) held every client's exit for the bound.
 		 * Only a try for the lock: a thread stuck holding the endpoint
 		 * must not hang the exit.
 		 */
@@ -155,7 +158,7 @@ void ferry_exit_drain(void)
 			do
 				if (stream_run_once(ferry.rpc) == 0)
 					ferry_drain_sleep();
-			while ((rpc_busy(ferry.rpc) || stream_tx_undelivered()) &&
+			while ((rpc_busy_with_live_peers(ferry.rpc) || stream_tx_undelivered()) &&
 			       clock_now_ns() < end);
 			rpc_run_once(ferry.rpc); /* the last answers */
 			ferry_internal_leave();

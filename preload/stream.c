@@ -471,7 +471,9 @@ bool stream_tx_undelivered(void)
 {
 	for (uint32_t i = 0; i < streams.used; i++) {
 		struct stream *s = streams.slots[i];
-		if (s && s->state == STREAM_OPEN && s->tx_delivered < s->tx_seq)
+		/* Bytes for a peer that is gone will never be delivered. */
+		if (s && s->state == STREAM_OPEN && s->tx_delivered < s->tx_seq &&
+		    !rpc_session_peer_gone(s->rpc, s->session))
 			return true;
 	}
 	return false;

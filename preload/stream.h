@@ -192,7 +192,8 @@ bool stream_work_pending(void);
  * wait must send first (stream_release_held). Read without the lock. */
 bool stream_held_pending(void);
 /* Whether an open stream has bytes the peer has not yet said it received
- * (exit waits for them, bounded). */
+ * and may yet (its peer not known to be gone): exit waits for them,
+ * bounded. */
 bool stream_tx_undelivered(void);
 
 /* Whether DATA was queued and not yet flushed (any thread, no lock). */

@@ -710,7 +710,7 @@ static void log_done(void)
 
 /* A peer whose port has gone is counted, not warned about (the peer's death
  * is mgmt's to report), and does not use up the one warning a real send
- * failure gets. */
+ * failure gets; the nic says it is gone, and of no live peer. */
 Test(nic_udp, a_peer_whose_port_is_gone_is_counted_quietly, .timeout = 60)
 {
 	log_to_file();
@@ -731,6 +731,7 @@ Test(nic_udp, a_peer_whose_port_is_gone_is_counted_quietly, .timeout = 60)
 	}
 	cr_assert_geq(nic_udp_tx_failures(a), 1, "the refusal is counted");
 	cr_assert_not(log_has("Connection refused"), "a dead peer is no send failure");
+	cr_assert(nic_peer_gone(a, to_c), "a peer whose port refused is not said to be gone");
 
 	/* A real failure, to a live peer, still gets its warning. */
 	struct nic *b = open_nic(&cfg, &sc);
@@ -742,6 +743,7 @@ Test(nic_udp, a_peer_whose_port_is_gone_is_counted_quietly, .timeout = 60)
 	cr_assert_eq(nic_tx_burst(a, &over, 1), 1);
 	cr_assert_eq(nic_udp_tx_failures(a), before + 1);
 	cr_assert(log_has("Message too long"), "the first real failure is warned about");
+	cr_assert_not(nic_peer_gone(a, to_b), "a live peer a send failed to is said to be gone");
 
 	nic_peer_destroy(a, to_b);
 	nic_peer_destroy(a, to_c);

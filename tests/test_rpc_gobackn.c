@@ -4,12 +4,15 @@
  * through the requester's gap detection, both without waiting for the
  * retransmission timeout; a lost credit return is made up by the next (they
  * are cumulative, one per pass or per RPC_CR_EVERY packets); a lost last
- * packet, which leaves no gap to see, waits for the timeout.
+ * packet, which leaves no gap to see, waits for the timeout. Requests to a
+ * peer whose endpoint is gone (udp: its port refuses) keep the endpoint busy
+ * but not waiting on a live peer, so an exit does not wait for them.
  */
 #include "autoconfig.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
+#include <time.h>
 
 #include "tests/rpc_pair.h"
 #include "transport/nic_test.h"
@@ -43,26 +46,29 @@ static void done(struct rpc *rpc, int status, const struct msgbuf *resp, void *t
 
 static struct rpc_pair pair;
 
-static void open_pair(unsigned credits)
+static void open_pair_on(const char *transport, unsigned credits)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);
 	cfg.rto_us = 10000000;
 	cfg.session_credits = credits;
 	char why[256];
-	cr_assert_eq(rpc_pair_open(&pair, "test", &cfg, why, sizeof(why)), 0, "%s", why);
+	cr_assert_eq(rpc_pair_open(&pair, transport, &cfg, why, sizeof(why)), 0, "%s", why);
 	rpc_lock(pair.a);
 	rpc_lock(pair.b);
 	cr_assert_eq(rpc_register_handler(pair.b, REQ_ECHO, echo, NULL), 0);
 	executed = completed = 0;
 }
 
+static void open_pair(unsigned credits) { open_pair_on("test", credits); }
+
 static void start(void) { open_pair(0); }
 
 static void stop(void)
 {
 	rpc_unlock(pair.a);
-	rpc_unlock(pair.b);
+	if (pair.b)
+		rpc_unlock(pair.b);
 	rpc_pair_close(&pair);
 }
 
@@ -188,4 +194,32 @@ Test(gobackn, duplicate_last_packet_answered_from_saved_response)
 	cr_assert_eq(completed, 1);
 	cr_assert_eq(executed, 1, "at most once");
 	cr_assert_geq(pair.st_b.retransmits, 1, "the saved response was sent again");
+}
+
+/* B's endpoint goes away (its process exited): the kernel refuses A's next
+ * datagrams to its port, and what A has in flight to B will never be
+ * answered. A stays busy (its timers run on) but waits on no live peer. */
+Test(gobackn, requests_to_a_peer_whose_port_is_gone_wait_on_no_live_peer)
+{
+	stop();
+	open_pair_on("udp", 0);
+	send_packets(1);
+	cr_assert(rpc_busy_with_live_peers(pair.a), "a request to a live peer is waited on");
+	turns(TURNS);
+	cr_assert_eq(completed, 1, "the pair does not work");
+	cr_assert_not(rpc_session_peer_gone(pair.a, pair.sa));
+
+	rpc_unlock(pair.b);
+	rpc_destroy(pair.b);
+	pair.b = NULL;
+	/* The first datagram to the closed port draws the refusal, a later
+	 * send on the same socket reports it. */
+	for (int i = 0; i < 200 && !rpc_session_peer_gone(pair.a, pair.sa); i++) {
+		send_packets(1);
+		rpc_run_once(pair.a);
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+	cr_assert(rpc_session_peer_gone(pair.a, pair.sa), "the refused port was not seen");
+	cr_assert(rpc_busy(pair.a), "requests in flight were dropped");
+	cr_assert_not(rpc_busy_with_live_peers(pair.a), "requests to a gone peer are waited on");
 }

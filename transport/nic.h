@@ -107,6 +107,10 @@ struct nic_ops {
 	/* Optional. In a fork child: lets go of the sockets that receive for
 	 * the parent, touching nothing else (the parent still runs the nic). */
 	void (*forked_child)(struct nic *nic);
+	/* Optional. Whether the peer's endpoint is known to be gone (its
+	 * port refuses datagrams): what is in flight to it will never be
+	 * answered. */
+	bool (*peer_gone)(const struct nic *nic, const struct nic_peer *peer);
 };
 
 struct nic {
@@ -218,6 +222,10 @@ static inline int nic_peer_create(struct nic *n, const struct nic_route *r, stru
 	return n->ops->peer_create(n, r, p);
 }
 static inline void nic_peer_destroy(struct nic *n, struct nic_peer *p) { n->ops->peer_destroy(n, p); }
+static inline bool nic_peer_gone(const struct nic *n, const struct nic_peer *p)
+{
+	return n->ops->peer_gone && p && n->ops->peer_gone(n, p);
+}
 static inline void nic_route_format(const struct nic *n, const struct nic_route *r, char *b,
 				    size_t cap)
 {

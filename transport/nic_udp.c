@@ -254,9 +254,10 @@ static unsigned nic_udp_send_chunk(struct nic_udp *u, const struct nic_tx *pkts,
 		/* A refusal is an earlier datagram's ICMP answer: the peer's
 		 * port has gone, which mgmt reports as the peer's death. It must
 		 * not use up the one warning a real failure gets. */
-		if (err == ECONNREFUSED)
+		if (err == ECONNREFUSED) {
+			__atomic_store_n(&pkts[accepted].peer->gone, true, __ATOMIC_RELAXED);
 			log_debug("udp: a peer's port is gone (packet dropped)");
-		else
+		} else
 			nic_udp_report_failure(pkts[accepted].peer, err);
 		accepted += u->tx_pkts[done++];
 	}
@@ -844,6 +845,12 @@ static void nic_udp_forked_child(struct nic *nic)
 	u->fd = -1;
 }
 
+static bool nic_udp_peer_gone(const struct nic *nic, const struct nic_peer *peer)
+{
+	(void)nic;
+	return __atomic_load_n(&peer->gone, __ATOMIC_RELAXED);
+}
+
 static const struct nic_ops nic_udp_ops = {
 	.tx_burst = nic_udp_tx_burst,
 	.rx_burst = nic_udp_rx_burst,
@@ -862,6 +869,7 @@ static const struct nic_ops nic_udp_ops = {
 	.close = nic_udp_close,
 	.widen = nic_udp_widen,
 	.forked_child = nic_udp_forked_child,
+	.peer_gone = nic_udp_peer_gone,
 };
 
 /* Binds fd to its family's wildcard: at beside's port while beside holds

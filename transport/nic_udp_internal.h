@@ -75,6 +75,9 @@ struct nic_peer {
 	/* The kernel refused a segmented send to this peer (nic_udp_gso.c):
 	 * its packets go as plain datagrams from then on. */
 	bool gso_refused;
+	/* Its port refused a datagram (ECONNREFUSED): the process is gone.
+	 * Written by the sender, read by anyone (atomic). */
+	bool gone;
 };
 
 struct nic_udp {

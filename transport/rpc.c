@@ -299,6 +299,16 @@ void rpc_run_for_us(struct rpc *rpc, uint64_t us)
 
 bool rpc_busy(const struct rpc *rpc) { return rpc->active != NULL || rpc->has_held; }
 
+bool rpc_busy_with_live_peers(const struct rpc *rpc)
+{
+	if (rpc->has_held)
+		return true;
+	for (const struct session *s = rpc->active; s; s = s->active_next)
+		if (!nic_peer_gone(rpc->nic, s->peer))
+			return true;
+	return false;
+}
+
 uint64_t rpc_pass_clock(const struct rpc *rpc) { return rpc->now_ns; }
 
 int rpc_notify_fd(const struct rpc *rpc) { return nic_notify_fd(rpc->nic); }

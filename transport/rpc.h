@@ -104,6 +104,9 @@ void rpc_flush(struct rpc *rpc);
 void rpc_run_for_us(struct rpc *rpc, uint64_t us);
 /* Whether any request is in flight or queued (timers must keep running). */
 bool rpc_busy(const struct rpc *rpc);
+/* As rpc_busy, leaving out sessions whose peer is gone (rpc_session_peer_gone):
+ * what waits only on those will never be answered. */
+bool rpc_busy_with_live_peers(const struct rpc *rpc);
 /* The clock (clock_now_ns) as the last pass read it: an idle pass reads it
  * only now and then, so it may lag by a few passes. */
 uint64_t rpc_pass_clock(const struct rpc *rpc);
@@ -137,6 +140,9 @@ int rpc_session_connect(struct rpc *rpc, int session, const struct nic_route *pe
 /* Fails every request pending on the session with err, then frees it. */
 void rpc_session_reset(struct rpc *rpc, int session, int err);
 bool rpc_session_is_up(const struct rpc *rpc, int session);
+/* Whether the nic knows the session's peer endpoint is gone (udp: its port
+ * refused a datagram): nothing sent on the session will be answered. */
+bool rpc_session_peer_gone(const struct rpc *rpc, int session);
 uint64_t rpc_session_token(const struct rpc *rpc, int session);
 /* When a valid packet of the session last came in (clock_now_ns), 0 if
  * never: traffic proves the peer lives even when its management thread is

@@ -222,6 +222,12 @@ void rpc_session_reset(struct rpc *rpc, int num, int err)
 	session_put(rpc, s);
 }
 
+bool rpc_session_peer_gone(const struct rpc *rpc, int num)
+{
+	struct session *s = session_get((struct rpc *)rpc, num);
+	return s && nic_peer_gone(rpc->nic, s->peer);
+}
+
 bool rpc_session_is_up(const struct rpc *rpc, int num)
 {
 	struct session *s = session_get((struct rpc *)rpc, num);

@@ -121,15 +121,26 @@ void ferry_stats_dump(void)
  * retransmission timers' grain passes, rather than spin. A spinning drain
  * took a whole CPU from the peer whose answer it waited for, and for the
  * full bound when that peer was gone (a fork-per-connection server's child
- * after its client exited).
+ * after its client exited). The endpoint is let go meanwhile: mgmt resets
+ * the sessions of a peer it finds dead (a local one's pidfd says so at
+ * once), and only with the endpoint; held throughout, the drain waited
+ * out its bound on such a peer (softib: one xinetd client in ten).
+ * False when the endpoint could not be taken back before end.
  */
-static void ferry_drain_sleep(void)
+static bool ferry_drain_sleep(uint64_t end)
 {
 	if (rpc_arm_notify(ferry.rpc) != 0)
-		return; /* packets are waiting, or there is no fd to sleep on */
+		return true; /* packets are waiting, or there is no fd to sleep on */
 	struct pollfd p = {.fd = rpc_notify_fd(ferry.rpc), .events = POLLIN};
 	struct timespec grain = {0, 1000000};
+	rpc_unlock(ferry.rpc);
 	sys()->ppoll(&p, 1, &grain, NULL);
+	while (!rpc_trylock(ferry.rpc)) {
+		if (clock_now_ns() >= end)
+			return false;
+		sched_yield();
+	}
+	return true;
 }
 
 void ferry_exit_drain(void)
@@ -156,13 +167,16 @@ void ferry_exit_drain(void)
 			ferry_internal_enter();
 			stream_fin_all(ferry.rpc);
 			do
-				if (stream_run_once(ferry.rpc) == 0)
-					ferry_drain_sleep();
-			while ((rpc_busy_with_live_peers(ferry.rpc) || stream_tx_undelivered()) &&
+				if (stream_run_once(ferry.rpc) == 0 && !ferry_drain_sleep(end))
+					locked = false;
+			while (locked &&
+			       (rpc_busy_with_live_peers(ferry.rpc) || stream_tx_undelivered()) &&
 			       clock_now_ns() < end);
-			rpc_run_once(ferry.rpc); /* the last answers */
+			if (locked) {
+				rpc_run_once(ferry.rpc); /* the last answers */
+				rpc_unlock(ferry.rpc);
+			}
 			ferry_internal_leave();
-			rpc_unlock(ferry.rpc);
 			/* Peers hear that our sessions end now: otherwise they take
 			 * us for dead a failure timeout later, and say so. */
 			mgmt_forget_rpc(ferry.mgmt, ferry.rpc);

@@ -3,7 +3,8 @@
  * stream, however it leaves: exit runs the drain as an exit handler, and
  * _exit and _Exit, which run none, drain too. The kernel keeps a closed
  * socket's buffer until the peer has it; inetd-style helpers and fork
- * children write their answer and _exit.
+ * children write their answer and _exit. The drain lets go of the endpoint
+ * while it waits, so mgmt can end a dead peer's sessions meanwhile.
  */
 #include "autoconfig.h"
 
@@ -11,6 +12,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "mgmt/mgmt.h"
 #include "preload/ferry.h"
 #include "preload_proc_util.h"
+#include "transport/rpc.h"
 #include "transport/stats.h"
 
 ReportHook(PRE_ALL)(struct criterion_test_set *set)
@@ -168,4 +171,67 @@ Test(exit, a_connect_in_its_handshake_at_exit_is_no_fallback, .timeout = 30)
 	close(c);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
+}
+
+static bool drain_done; /* atomic */
+
+static void *drain_run(void *arg)
+{
+	(void)arg;
+	ferry_exit_drain();
+	__atomic_store_n(&drain_done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* The exit drain waits for its peers' answers with the endpoint let go
+ * between its looks: mgmt resets the sessions of a peer it finds dead only
+ * with the endpoint, and a drain that held it throughout waited out its
+ * whole bound on such a peer (an inetd-style child that exited as its
+ * client's FIN went out: every such client's exit took 2 s). The peer here
+ * is stopped, so the drain has answers to wait for. */
+Test(exit, the_drain_lets_go_of_the_endpoint_while_it_waits, .timeout = 30)
+{
+	env_udp();
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
+	cr_assert_eq(ferry_state(), FERRY_ON);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(20);
+		int s = accept(lis, NULL, NULL);
+		if (s < 0)
+			_exit(2);
+		for (;;)
+			pause();
+	}
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_geq(c, 0);
+	cr_assert_eq(connect(c, (struct sockaddr *)&a, sizeof(a)), 0, "%s", strerror(errno));
+	cr_assert_eq(kill(pid, SIGSTOP), 0);
+	static unsigned char buf[64 * 1024];
+	cr_assert_eq(write(c, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+
+	/* The drain starts while this thread holds the endpoint, and takes it
+	 * once let go. */
+	rpc_lock(ferry.rpc);
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, drain_run, NULL), 0);
+	usleep(20 * 1000);
+	rpc_unlock(ferry.rpc);
+	usleep(20 * 1000);
+	bool let_go = false;
+	while (!let_go && !__atomic_load_n(&drain_done, __ATOMIC_ACQUIRE)) {
+		if (rpc_trylock(ferry.rpc)) {
+			let_go = !__atomic_load_n(&drain_done, __ATOMIC_ACQUIRE);
+			rpc_unlock(ferry.rpc);
+		}
+		usleep(100);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_expect(let_go, "the endpoint was held until the drain ended");
+	close(c);
+	close(lis);
 }

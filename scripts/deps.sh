@@ -14,7 +14,7 @@ $SUDO apt-get install -y -q --no-install-recommends \
 	build-essential autoconf automake libtool pkg-config \
 	libibverbs-dev librdmacm-dev ibverbs-utils libcap-dev uthash-dev libcriterion-dev \
 	redis-server redis-tools memcached libmemcached-tools \
-	nginx-light wrk curl postgresql postgresql-contrib openssh-server openssh-client \
+	nginx-light wrk curl postgresql postgresql-contrib openssh-server openssh-client xinetd \
 	strace valgrind hyperfine iproute2 procps python3 \
 	clang libfuzzer-14-dev libclang-rt-14-dev \
 	debhelper lintian groff-base man-db mandoc systemd

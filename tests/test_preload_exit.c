@@ -72,12 +72,19 @@ static void write_and_leave(int lis, const struct sockaddr_in *a, enum leave how
 	}
 }
 
-static void all_bytes_then_eof(enum leave how)
+/* A listener on loopback in a process whose ferry runs over udp. */
+static int udp_listener(struct sockaddr_in *a)
 {
 	env_udp();
-	struct sockaddr_in a;
-	int lis = loopback_listener(&a);
+	int lis = loopback_listener(a);
 	cr_assert_eq(ferry_state(), FERRY_ON);
+	return lis;
+}
+
+static void all_bytes_then_eof(enum leave how)
+{
+	struct sockaddr_in a;
+	int lis = udp_listener(&a);
 	pid_t pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0)
@@ -191,10 +198,8 @@ static void *drain_run(void *arg)
  * is stopped, so the drain has answers to wait for. */
 Test(exit, the_drain_lets_go_of_the_endpoint_while_it_waits, .timeout = 30)
 {
-	env_udp();
 	struct sockaddr_in a;
-	int lis = loopback_listener(&a);
-	cr_assert_eq(ferry_state(), FERRY_ON);
+	int lis = udp_listener(&a);
 	pid_t pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {

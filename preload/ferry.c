@@ -15,6 +15,7 @@
 #include "preload/fdtable.h"
 #include "preload/handover.h"
 #include "preload/lshare.h"
+#include "preload/phpool.h"
 #include "preload/progress.h"
 #include "preload/reentry.h"
 #include "preload/relay.h"
@@ -263,6 +264,7 @@ static void ferry_start_locked(void)
 		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
 		return;
 	}
+	phpool_grow_table(); /* before ferry's threads: see phpool.c */
 	char msg[512] = "";
 	int nerr = 0;
 	/* Counted where ferry-stat reads them, when that can be had. */

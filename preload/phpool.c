@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 
 #include "transport/sys.h"
@@ -152,6 +153,27 @@ static int pp_hide(int fd)
 		return fd;
 	c->close(fd);
 	return high;
+}
+
+/*
+ * The kernel grows a descriptor table that threads share only after an RCU
+ * grace period (expand_fdtable): the first hidden descriptor, placed after
+ * ferry's own threads had started, held a process's first connection for
+ * 10-15 ms (a short-lived client's whole run took twice as long). Grown
+ * while the process may still have one thread, the table costs no wait;
+ * it never shrinks, and the hidden descriptors would grow it anyway.
+ */
+void phpool_grow_table(void)
+{
+	const struct sys_fns *c = sys();
+	int saved = errno;
+	int any = eventfd(0, EFD_CLOEXEC); /* 0, 1 and 2 may be closed (a daemon) */
+	int fd = any < 0 ? -1 : c->fcntl(any, F_DUPFD_CLOEXEC, pp_floor(pp_limit_read()));
+	if (fd >= 0)
+		c->close(fd);
+	if (any >= 0)
+		c->close(any);
+	errno = saved;
 }
 
 /* Notes fd as handed out now; under pp_lock. */

@@ -54,6 +54,9 @@ bool phpool_pressure(int fd);
 /* Closes every pooled socket; also on a daemon() child that starts ferry
  * anew. */
 void phpool_drain(void);
+/* Grows the process's descriptor table past the hidden descriptors' floor
+ * now; called before ferry starts threads of its own (see phpool.c). */
+void phpool_grow_table(void);
 /*
  * Around fork: the child holds copies of every pooled descriptor, so no
  * pooled socket may serve a later socket in either process. prepare takes

@@ -167,12 +167,17 @@ void ferry_exit_drain(void)
 		if (locked) {
 			ferry_internal_enter();
 			stream_fin_all(ferry.rpc);
-			do
-				if (stream_run_once(ferry.rpc) == 0 && !ferry_drain_sleep(end))
+			/* Looked at before any sleep: a process with nothing in
+			 * flight (its FINs answered, or no stream) leaves at once,
+			 * not a sleep's grain later. */
+			while (locked) {
+				unsigned n = stream_run_once(ferry.rpc);
+				if (!(rpc_busy_with_live_peers(ferry.rpc) || stream_tx_undelivered()) ||
+				    clock_now_ns() >= end)
+					break;
+				if (n == 0 && !ferry_drain_sleep(end))
 					locked = false;
-			while (locked &&
-			       (rpc_busy_with_live_peers(ferry.rpc) || stream_tx_undelivered()) &&
-			       clock_now_ns() < end);
+			}
 			if (locked) {
 				rpc_run_once(ferry.rpc); /* the last answers */
 				rpc_unlock(ferry.rpc);

@@ -172,8 +172,7 @@ void ferry_exit_drain(void)
 			 * not a sleep's grain later. */
 			while (locked) {
 				unsigned n = stream_run_once(ferry.rpc);
-				if (!(rpc_busy_with_live_peers(ferry.rpc) || stream_tx_undelivered()) ||
-				    clock_now_ns() >= end)
+				if (!stream_delivery_pending(ferry.rpc) || clock_now_ns() >= end)
 					break;
 				if (n == 0 && !ferry_drain_sleep(end))
 					locked = false;

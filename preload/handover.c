@@ -26,6 +26,7 @@
 #include "preload/passfd.h"
 #include "preload/reentry.h"
 #include "preload/relay.h"
+#include "preload/scm.h"
 #include "preload/sock.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
@@ -203,22 +204,9 @@ static int ho_move(struct stream *s, struct ho_resp *resp, uint8_t *bytes)
  * end to pump, and a duplicate of the asker's end. */
 static int ho_recv_req(int fd, struct ho_req *req, int passed[2])
 {
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(2 * sizeof(int))];
-	} ctl;
-	struct iovec v = {req, sizeof(*req)};
-	struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
-			   .msg_controllen = sizeof(ctl.buf)};
-	passed[0] = passed[1] = -1;
-	ssize_t n = sys()->recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+	ssize_t n = scm_recv(fd, req, sizeof(*req), passed, 2);
 	if (n <= 0)
 		return -1;
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		memcpy(passed, CMSG_DATA(cm), (k > 2 ? 2 : k) * sizeof(int));
-	}
 	if ((size_t)n < sizeof(*req) &&
 	    ho_recv_all(fd, (uint8_t *)req + n, sizeof(*req) - (size_t)n) != 0)
 		return -1;
@@ -741,22 +729,8 @@ int handover_relay(struct ffile *f, int theirs, int mine)
 	/* Another process relays: it gets our end too, to see what we read
 	 * (relay.h); ours relays to itself and sees our close instead. */
 	int fds[2] = {theirs, mine};
-	size_t nfds = owner == getpid() ? 1 : 2;
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(2 * sizeof(int))];
-	} ctl;
-	memset(&ctl, 0, sizeof(ctl));
-	struct iovec v = {&req, sizeof(req)};
-	struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
-			   .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-	memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
 	int32_t status = -ECONNRESET;
-	if (sys()->sendmsg(fd, &m, MSG_NOSIGNAL) != (ssize_t)sizeof(req) ||
+	if (scm_send(fd, &req, sizeof(req), fds, owner == getpid() ? 1 : 2) != (ssize_t)sizeof(req) ||
 	    ho_recv_all(fd, &status, sizeof(status)) != 0)
 		status = -ECONNRESET;
 	sys()->close(fd);

@@ -32,6 +32,7 @@ libferry_preload_la_SOURCES += preload/spawn.c
 libferry_preload_la_SOURCES += preload/lshare.c preload/lshare.h
 libferry_preload_la_SOURCES += preload/handover.c preload/handover.h
 libferry_preload_la_SOURCES += preload/relay.c preload/relay.h preload/sandbox.c
+libferry_preload_la_SOURCES += preload/scm.c preload/scm.h
 libferry_preload_la_SOURCES += preload/inherit.c preload/inherit.h preload/passfd.c preload/passfd.h
 libferry_preload_la_SOURCES += preload/stream_end.c preload/stream_timeout.c
 libferry_preload_la_SOURCES += preload/statmap.c preload/statmap.h preload/statmap_layout.h

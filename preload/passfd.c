@@ -21,6 +21,7 @@
 #include "preload/inherit.h"
 #include "preload/lshare.h"
 #include "preload/reentry.h"
+#include "preload/scm.h"
 #include "preload/sock.h"
 #include "transport/clock.h"
 #include "transport/log.h"
@@ -180,22 +181,7 @@ int passfd_poll(struct pollfd *pfd, int max, int *timeout_ms)
 static void pf_answer(const struct pass *p, int cfd)
 {
 	struct passfd_answer ans = {.magic = PASSFD_MAGIC, .size = sizeof(ans), .d = p->d};
-	struct iovec v = {&ans, sizeof(ans)};
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} ctl;
-	struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
-	if (p->rdv >= 0) {
-		m.msg_control = ctl.buf;
-		m.msg_controllen = sizeof(ctl.buf);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &p->rdv, sizeof(int));
-	}
-	ssize_t r = sys()->sendmsg(cfd, &m, MSG_NOSIGNAL);
+	ssize_t r = scm_send(cfd, &ans, sizeof(ans), &p->rdv, p->rdv >= 0 ? 1 : 0);
 	(void)r; /* a receiver that went away asks again or not at all */
 }
 
@@ -263,22 +249,11 @@ static bool pf_ask(int fd, struct inherit_desc *d)
 	bool ok = false;
 	if (c->connect(s, (struct sockaddr *)&a, alen) == 0) {
 		struct passfd_answer ans;
-		struct iovec v = {&ans, sizeof(ans)};
-		union {
-			struct cmsghdr h;
-			char buf[CMSG_SPACE(sizeof(int))];
-		} ctl;
-		struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.buf,
-				   .msg_controllen = sizeof(ctl.buf)};
 		struct pollfd p = {.fd = s, .events = POLLIN};
 		ssize_t r = -1;
-		if (c->poll(&p, 1, PASSFD_ASK_MS) == 1)
-			r = c->recvmsg(s, &m, MSG_CMSG_CLOEXEC);
 		int rdv = -1;
-		struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&m) : NULL;
-		if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(&rdv, CMSG_DATA(cm), sizeof(int));
+		if (c->poll(&p, 1, PASSFD_ASK_MS) == 1)
+			r = scm_recv(s, &ans, sizeof(ans), &rdv, 1);
 		ok = r == (ssize_t)sizeof(ans) && ans.magic == PASSFD_MAGIC &&
 		     ans.size == sizeof(ans) && (ans.d.kind == 'S' || (ans.d.kind == 'L' && rdv >= 0));
 		if (ok) {

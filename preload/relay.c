@@ -121,7 +121,7 @@ static bool relay_close_own(struct relay *r)
 		}
 		r->closed = true;
 	}
-	bool undelivered = rpc_busy(ferry.rpc) || stream_tx_undelivered();
+	bool undelivered = stream_delivery_pending(ferry.rpc);
 	ferry_unlock();
 	return undelivered;
 }
@@ -198,9 +198,20 @@ static bool relay_turn(struct relay *r)
 	return alive;
 }
 
-static void relay_free(struct relay *r)
+/* The relay's descriptors, closed; the relay is freed. */
+static void relay_release(struct relay *r)
 {
 	const struct sys_fns *c = sys();
+	c->close(r->fd);
+	if (r->their_end >= 0)
+		c->close(r->their_end);
+	if (r->pidfd >= 0)
+		c->close(r->pidfd);
+	free(r);
+}
+
+static void relay_free(struct relay *r)
+{
 	/* Our own process's confined end was closed: its connection ends here,
 	 * as the close would have ended it (ferry is off in this process by
 	 * now, so the file's release would leave the stream be). */
@@ -217,14 +228,9 @@ static void relay_free(struct relay *r)
 	ferry_unlock();
 	if (r->their_end < 0 && r->pin)
 		__atomic_sub_fetch(&relays_own, 1, __ATOMIC_RELEASE);
-	c->close(r->fd);
-	if (r->their_end >= 0)
-		c->close(r->their_end);
-	if (r->pidfd >= 0)
-		c->close(r->pidfd);
 	if (r->pin)
 		ffile_put(&fdtab, r->pin);
-	free(r);
+	relay_release(r);
 }
 
 void relay_drop(const struct stream *s)
@@ -271,15 +277,9 @@ void relay_fork_child(void)
 	/* Nothing of the parent's is touched: its streams, files and endpoint
 	 * lock are not the child's (fork.c). */
 	__atomic_store_n(&relays_own, 0, __ATOMIC_RELAXED);
-	const struct sys_fns *c = sys();
 	while (relays) {
 		struct relay *r = relays;
 		relays = r->next;
-		c->close(r->fd);
-		if (r->their_end >= 0)
-			c->close(r->their_end);
-		if (r->pidfd >= 0)
-			c->close(r->pidfd);
-		free(r);
+		relay_release(r);
 	}
 }

@@ -479,6 +479,11 @@ bool stream_tx_undelivered(void)
 	return false;
 }
 
+bool stream_delivery_pending(const struct rpc *rpc)
+{
+	return rpc_busy_with_live_peers(rpc) || stream_tx_undelivered();
+}
+
 static void stream_session_event(struct rpc *rpc, int session, enum rpc_session_event ev, int err,
 				 void *ctx)
 {

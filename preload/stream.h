@@ -195,6 +195,10 @@ bool stream_held_pending(void);
  * and may yet (its peer not known to be gone): exit waits for them,
  * bounded. */
 bool stream_tx_undelivered(void);
+/* Whether anything sent may yet be answered or delivered: requests in
+ * flight to a live peer, or bytes one has not said it received. What exit
+ * (and a process's own relay at its end) waits for, bounded. */
+bool stream_delivery_pending(const struct rpc *rpc);
 
 /* Whether DATA was queued and not yet flushed (any thread, no lock). */
 bool stream_tx_deferred(void);

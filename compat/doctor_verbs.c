@@ -69,6 +69,13 @@ static void doctor_port(const struct verbs_api *api, struct ibv_context *ctx, ui
 static void doctor_devices(const struct verbs_api *api, const struct ferry_config *cfg,
 			   bool *usable)
 {
+	const char *why = api->unavailable ? api->unavailable() : NULL;
+	if (why) {
+		doctor_say("info", "%s", why);
+		doctor_say("info", "datapaths that work here: udp (any IP network) and softib "
+			    "(processes on this host; FERRY_TRANSPORT=softib)");
+		return;
+	}
 	int n = 0;
 	struct ibv_device **list = api->get_device_list(cfg, &n);
 	if (!list || n == 0) {

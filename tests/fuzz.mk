@@ -11,7 +11,7 @@ FUZZ_CFLAGS = -std=gnu11 -g -O1 -fno-omit-frame-pointer $(WARN_CFLAGS) $(PTHREAD
 	-Wno-unknown-warning-option \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-I$(top_srcdir) -I$(top_builddir)
-FUZZ_LIBS = $(IBVERBS_LIBS) $(CAP_LIBS) $(PTHREAD_LIBS) $(LIBS)
+FUZZ_LIBS = $(CAP_LIBS) $(PTHREAD_LIBS) $(LIBS)
 # Any source or header of the tree may change what a target compiles.
 FUZZ_DEPS = $(libferry_core_la_SOURCES) $(libferry_preload_la_SOURCES)
 

@@ -1,4 +1,4 @@
-# tests/softib.mk: softib conformance and nic_ib over softib (criterion).
+# tests/softib.mk: softib conformance, nic_ib over softib, and the libibverbs seam (criterion).
 check_PROGRAMS += tests/test_softib_verbs
 TESTS += tests/test_softib_verbs
 tests_test_softib_verbs_SOURCES = tests/test_softib_verbs.c tests/softib_fixture.h
@@ -20,3 +20,8 @@ tests_test_softib_doctor_SOURCES = tests/test_softib_doctor.c tests/softib_fixtu
 tests_test_softib_doctor_CFLAGS = $(TEST_CFLAGS)
 tests_test_softib_doctor_LDADD = $(TEST_LDADD)
 EXTRA_tests_test_softib_doctor_DEPENDENCIES = ferry-doctor
+check_PROGRAMS += tests/test_verbs_load
+TESTS += tests/test_verbs_load
+tests_test_verbs_load_SOURCES = tests/test_verbs_load.c
+tests_test_verbs_load_CFLAGS = $(TEST_CFLAGS)
+tests_test_verbs_load_LDADD = $(TEST_LDADD)

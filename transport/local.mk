@@ -2,7 +2,7 @@
 # through the libferry_core convenience library (with mgmt/).
 noinst_LTLIBRARIES += libferry_core.la
 libferry_core_la_CFLAGS = $(AM_CFLAGS) -fPIC
-libferry_core_la_LIBADD = $(IBVERBS_LIBS) $(CAP_LIBS) $(PTHREAD_LIBS)
+libferry_core_la_LIBADD = $(CAP_LIBS) $(PTHREAD_LIBS)
 libferry_core_la_SOURCES = \
 	transport/clock.h \
 	transport/sys.c transport/sys.h \

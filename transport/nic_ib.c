@@ -136,7 +136,7 @@ static bool ib_rx_one(struct nic_ib *ib, const struct ibv_wc *wc, struct nic_rx 
 	if (wc->status != IBV_WC_SUCCESS || wc->byte_len < IB_GRH_BYTES) {
 		if (wc->status != IBV_WC_WR_FLUSH_ERR)
 			log_warn("nic_ib: receive completion error: %s (len %u)",
-				 ibv_wc_status_str(wc->status), wc->byte_len);
+				 verbs_wc_status_name(wc->status), wc->byte_len);
 		ib_recycle(ib, pkt);
 		if (wc->status != IBV_WC_SUCCESS)
 			ib->broken = true;
@@ -197,7 +197,7 @@ static int ib_poll_send(struct nic_ib *ib)
 		if (wc[i].status != IBV_WC_SUCCESS) {
 			if (wc[i].status != IBV_WC_WR_FLUSH_ERR)
 				log_warn("nic_ib: send completion error: %s",
-					 ibv_wc_status_str(wc[i].status));
+					 verbs_wc_status_name(wc[i].status));
 			ib->broken = true;
 		}
 	}

@@ -141,6 +141,10 @@ static int ib_pick_gid(struct nic_ib *ib, const struct ferry_config *cfg, int tb
 static int ib_open_device(struct nic_ib *ib, const struct ferry_config *cfg,
 			  struct ibv_port_attr *pa, char *msg, size_t msglen)
 {
+	const char *why = ib->api->unavailable ? ib->api->unavailable() : NULL;
+	if (why)
+		return ib_fail(-ENODEV, msg, msglen, "%s%s; use FERRY_TRANSPORT=udp, or softib on one host",
+			       why, "");
 	int num = 0;
 	errno = 0;
 	struct ibv_device **list = ib->api->get_device_list(cfg, &num);

@@ -83,9 +83,21 @@ struct verbs_api {
 	 */
 	int (*set_rx_area)(struct ibv_context *ctx, size_t len);
 	void *(*qp_rx_area)(struct ibv_qp *qp, size_t *len);
+	/* Optional: why the provider cannot be used at all (its library is
+	 * missing, say), or NULL when it can. */
+	const char *(*unavailable)(void);
 };
 
-/* libibverbs itself. */
+/* libibverbs itself, opened at the first device list that finds a verbs
+ * device in sysfs (without one, nothing is loaded). */
 extern const struct verbs_api verbs_api_ibverbs;
+
+/* Tests: devices are looked for in sysfs_dir, and the library opened is
+ * soname, as if never tried before. */
+void verbs_ibverbs_test_paths(const char *soname, const char *sysfs_dir);
+
+/* A work completion's status in words, without libibverbs loaded (softib
+ * has none). */
+const char *verbs_wc_status_name(enum ibv_wc_status st);
 
 #endif

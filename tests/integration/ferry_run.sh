@@ -67,4 +67,23 @@ if counting; then
 	counter_ge "streams_connected" "$(stat_sum streams_connected cli)" 1
 	counter_ge "streams_accepted" "$(stat_sum streams_accepted server)" 1
 fi
+# libibverbs (and the netlink libraries it pulls) is opened by the ib
+# datapath alone: a process on this one, or on auto where the kernel shows
+# no verbs device, never maps it (it cost every exec 250 us).
+if [ -f "$lib" ] && command -v python3 >/dev/null; then
+	for t in $flag_transport auto; do
+		[ "$t" = auto ] && ls /sys/class/infiniband_verbs/* >/dev/null 2>&1 && continue
+		"$ferry_run" --transport "$t" --stats "$work/maps-%p.json" python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+sys.stdout.write(open("/proc/self/maps").read())' >"$work/maps.out" || fail "python3 under ferry-run failed"
+		grep -q libferry "$work/maps.out" || fail "the process did not map libferry ($t)"
+		ls "$work"/maps-*.json >/dev/null 2>&1 || fail "ferry did not start in the process ($t)"
+		rm -f "$work"/maps-*.json
+		if grep -E "libibverbs|libnl-" "$work/maps.out"; then
+			fail "a $t process mapped libibverbs"
+		fi
+	done
+	log "no libibverbs in a $flag_transport or auto process"
+fi
 echo "PASS: ferry-run ($transport)"

@@ -11,6 +11,11 @@
  *    nginx's binary upgrade.
  * A stream this very process runs cannot follow: its state lives in the
  * image exec discards; the new program sees a socket that is not connected.
+ * A program this process spawns without fork (posix_spawn) gets this
+ * process's own streams too: this process still runs them and hands each
+ * over at the program's first use, as to a fork child. The program may hold
+ * them at other numbers (the spawn's file actions dup2 them to 0 and 1 out
+ * of ferry's sight), so it finds them by their kernel socket's inode.
  * Listeners handed over by systemd-style socket activation (LISTEN_FDS)
  * become ferry listeners the same way, with a rendezvous socket of their own.
  * So does a socket another process made and this one made listen: node's
@@ -19,6 +24,7 @@
  */
 #include "autoconfig.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -45,6 +51,8 @@
 
 #define IB_FILES_MAX 256
 
+struct ib_item;
+
 struct inherit_buf {
 	char *s;
 	size_t len, cap;
@@ -52,6 +60,9 @@ struct inherit_buf {
 	size_t ndups, capdups;
 	struct ffile *files[IB_FILES_MAX]; /* files written already */
 	size_t nfiles;
+	bool own_streams; /* for a spawned program: this process's streams too */
+	struct ib_item *items; /* files to describe, taken under the table lock */
+	size_t nitems, capitems;
 };
 
 static void ib_add(struct inherit_buf *b, const char *entry)
@@ -138,50 +149,93 @@ bool inherit_describe(struct ffile *f, bool own_streams, struct inherit_desc *d)
 	return ok;
 }
 
-static void ib_file(struct ffile *f, void *arg)
+/* A file's numbers, copied under the table's lock (f->fds is read
+ * directly); the file is described after it, outside: describing a stream
+ * this process runs takes the endpoint lock, which goes first. */
+struct ib_item {
+	struct ffile *f; /* a reference */
+	int *fds;
+	unsigned nfds;
+};
+
+static void ib_collect(struct ffile *f, void *arg)
 {
 	struct inherit_buf *b = arg;
-	struct inherit_desc d;
-	/* Called once per number: the file's numbers are all done at its first
-	 * (the table lock is held, so f->fds is read directly). */
-	if (f->nfds == 0 || !inherit_describe(f, false, &d) || ib_seen(b, f))
+	/* Called once per number: the file's numbers are all taken at its first. */
+	if (f->nfds == 0 || f->kind != FFILE_SOCK || ib_seen(b, f))
 		return;
-	const int *fds = f->fds;
-	for (unsigned i = 0; i < f->nfds; i++) {
-		int fl = sys()->fcntl(fds[i], F_GETFD);
-		if (fl < 0 || (fl & FD_CLOEXEC))
+	if (b->nitems == b->capitems) {
+		size_t cap = b->capitems ? 2 * b->capitems : 16;
+		struct ib_item *items = realloc(b->items, cap * sizeof(*items));
+		if (!items)
+			return;
+		b->items = items;
+		b->capitems = cap;
+	}
+	int *fds = malloc(f->nfds * sizeof(*fds));
+	if (!fds)
+		return;
+	memcpy(fds, f->fds, f->nfds * sizeof(*fds));
+	ffile_get(f);
+	b->items[b->nitems++] = (struct ib_item){.f = f, .fds = fds, .nfds = f->nfds};
+}
+
+static void ib_describe(struct inherit_buf *b, const struct ib_item *it)
+{
+	struct inherit_desc d;
+	if (!inherit_describe(it->f, b->own_streams, &d))
+		return;
+	for (unsigned i = 0; i < it->nfds; i++) {
+		int fd = it->fds[i];
+		int fl = sys()->fcntl(fd, F_GETFD);
+		struct stat st;
+		if (fl < 0 || (fl & FD_CLOEXEC) || fstat(fd, &st) != 0)
 			continue;
-		char e[128];
+		char e[160];
 		if (d.kind == 'S') {
-			snprintf(e, sizeof(e), "S%d:%d:%d:%" PRIu32 ":%" PRIu32 ":%" PRIx64, fds[i],
-				 d.nonblock, d.pid, d.sid, d.peer_sid, d.token);
+			snprintf(e, sizeof(e), "S%d:%d:%d:%" PRIu32 ":%" PRIu32 ":%" PRIx64 ":%ju", fd,
+				 d.nonblock, d.pid, d.sid, d.peer_sid, d.token, (uintmax_t)st.st_ino);
 		} else {
 			int rdv = ib_rendezvous(b, d.rdv);
 			if (rdv < 0)
 				continue;
-			snprintf(e, sizeof(e), "L%d:%d:%d:%d", fds[i], d.nonblock, rdv, d.backlog);
+			snprintf(e, sizeof(e), "L%d:%d:%d:%d:%ju", fd, d.nonblock, rdv, d.backlog,
+				 (uintmax_t)st.st_ino);
 		}
 		ib_add(b, e);
 	}
 }
 
-/* envp with FERRY_INHERIT describing this process's ferry sockets, or
- * envp itself when there are none. *b holds what to free. */
-static char *const *inherit_env(char *const envp[], struct inherit_buf *b, char ***owned)
+void inherit_env_make(struct inherit_env *e, char *const envp[], bool spawn)
 {
-	memset(b, 0, sizeof(*b));
-	*owned = NULL;
+	e->envp = envp;
+	e->owned = NULL;
+	e->buf = NULL;
 	if (ferry_internal() || !fdtab.slots)
-		return envp;
-	/* The pid first: exec keeps it, so a program that finds another's
-	 * list (passed on by a program without ferry) leaves it alone. */
-	char pid[32];
-	snprintf(pid, sizeof(pid), "P%d", (int)getpid());
-	ib_add(b, pid);
+		return;
+	struct inherit_buf *b = calloc(1, sizeof(*b));
+	if (!b)
+		return;
+	e->buf = b;
+	b->own_streams = spawn;
+	/* Whose list it is: an exec keeps the pid (P), a spawned program is
+	 * this one's child (Q). A program that finds another's list (passed on
+	 * by a program without ferry) leaves it alone. */
+	char who[32];
+	snprintf(who, sizeof(who), "%c%d", spawn ? 'Q' : 'P', (int)getpid());
+	ib_add(b, who);
 	size_t bare = b->len;
-	fdtable_each(&fdtab, ib_file, b);
+	fdtable_each(&fdtab, ib_collect, b);
+	for (size_t i = 0; i < b->nitems; i++) {
+		ib_describe(b, &b->items[i]);
+		ffile_put(&fdtab, b->items[i].f);
+		free(b->items[i].fds);
+	}
+	free(b->items);
+	b->items = NULL;
+	b->nitems = b->capitems = 0;
 	if (b->len == bare)
-		return envp;
+		return;
 	size_t n = 0;
 	while (envp && envp[n])
 		n++;
@@ -190,7 +244,7 @@ static char *const *inherit_env(char *const envp[], struct inherit_buf *b, char 
 	if (!env || !var) {
 		free(env);
 		free(var);
-		return envp;
+		return;
 	}
 	sprintf(var, INHERIT_VAR "=%s", b->s);
 	size_t k = 0;
@@ -199,34 +253,39 @@ static char *const *inherit_env(char *const envp[], struct inherit_buf *b, char 
 			env[k++] = envp[i];
 	env[k++] = var;
 	env[k] = NULL;
-	*owned = env;
-	return env;
+	e->owned = env;
+	e->envp = env;
 }
 
-/* exec failed: nothing was carried. */
-static void inherit_undo(struct inherit_buf *b, char **owned)
+void inherit_env_drop(struct inherit_env *e)
 {
 	int saved = errno;
-	for (size_t i = 0; i < b->ndups; i++)
-		sys()->close(b->dups[i]);
-	if (owned) {
-		for (size_t i = 0; owned[i]; i++)
-			if (!strncmp(owned[i], INHERIT_VAR "=", sizeof(INHERIT_VAR)))
-				free(owned[i]);
-		free(owned);
+	struct inherit_buf *b = e->buf;
+	if (b) {
+		for (size_t i = 0; i < b->ndups; i++)
+			sys()->close(b->dups[i]);
+		free(b->dups);
+		free(b->s);
+		free(b);
 	}
-	free(b->dups);
-	free(b->s);
+	if (e->owned) {
+		for (size_t i = 0; e->owned[i]; i++)
+			if (!strncmp(e->owned[i], INHERIT_VAR "=", sizeof(INHERIT_VAR)))
+				free(e->owned[i]);
+		free(e->owned);
+	}
+	e->buf = NULL;
+	e->owned = NULL;
 	errno = saved;
 }
 
+/* exec returns only when it failed: then nothing was carried. */
 FERRY_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	struct inherit_buf b;
-	char **owned;
-	char *const *env = inherit_env(envp, &b, &owned);
-	int rc = sys()->execve(path, argv, env);
-	inherit_undo(&b, owned);
+	struct inherit_env e;
+	inherit_env_make(&e, envp, false);
+	int rc = sys()->execve(path, argv, e.envp);
+	inherit_env_drop(&e);
 	return rc;
 }
 
@@ -237,11 +296,10 @@ FERRY_EXPORT int execv(const char *path, char *const argv[])
 
 FERRY_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	struct inherit_buf b;
-	char **owned;
-	char *const *env = inherit_env(envp, &b, &owned);
-	int rc = sys()->execvpe(file, argv, env);
-	inherit_undo(&b, owned);
+	struct inherit_env e;
+	inherit_env_make(&e, envp, false);
+	int rc = sys()->execvpe(file, argv, e.envp);
+	inherit_env_drop(&e);
 	return rc;
 }
 
@@ -423,21 +481,92 @@ bool inherit_take(int fd, const struct inherit_desc *d)
 	return false;
 }
 
-static void inherit_entry(const char *e)
+/* An entry of the list: its description, the number it had, and its
+ * kernel socket's inode (0 from an older ferry). */
+static bool inherit_parse(const char *e, struct inherit_desc *d, int *fd, uintmax_t *ino)
 {
-	int fd;
-	struct inherit_desc d = {.kind = e[0], .rdv = -1};
-	if (e[0] == 'S') {
-		if (sscanf(e + 1, "%d:%d:%d:%" SCNu32 ":%" SCNu32 ":%" SCNx64, &fd, &d.nonblock,
-			   &d.pid, &d.sid, &d.peer_sid, &d.token) != 6)
-			return;
-	} else if (e[0] == 'L') {
-		if (sscanf(e + 1, "%d:%d:%d:%d", &fd, &d.nonblock, &d.rdv, &d.backlog) != 4)
-			return;
-	} else {
-		return;
+	*d = (struct inherit_desc){.kind = e[0], .rdv = -1};
+	*ino = 0;
+	if (e[0] == 'S')
+		return sscanf(e + 1, "%d:%d:%d:%" SCNu32 ":%" SCNu32 ":%" SCNx64 ":%ju", fd,
+			      &d->nonblock, &d->pid, &d->sid, &d->peer_sid, &d->token, ino) >= 6;
+	if (e[0] == 'L')
+		return sscanf(e + 1, "%d:%d:%d:%d:%ju", fd, &d->nonblock, &d->rdv, &d->backlog,
+			      ino) >= 4;
+	return false;
+}
+
+#define INHERIT_SPAWNED_MAX 64
+
+struct inherit_spawned {
+	struct inherit_desc d;
+	uintmax_t ino;
+	struct ffile *file; /* a listener taken up: its other numbers share it */
+};
+
+/* A spawned program's sockets are wherever the spawn's file actions put
+ * them: every number of a described kernel socket is taken up. */
+static void inherit_by_inode(struct inherit_spawned *list, size_t n)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *de;
+	while (dir && (de = readdir(dir)) != NULL) {
+		struct stat st;
+		int fd = atoi(de->d_name);
+		if (de->d_name[0] == '.' || fd == dirfd(dir) || fdtable_maybe(&fdtab, fd) ||
+		    fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			struct inherit_spawned *p = &list[i];
+			if (p->ino != (uintmax_t)st.st_ino)
+				continue;
+			/* A stream's numbers find each other (inherit_stream). */
+			if (p->file)
+				fdtable_install(&fdtab, fd, p->file);
+			else if (inherit_take(fd, &p->d) && p->d.kind == 'L')
+				p->file = fdtable_get(&fdtab, fd);
+			if (p->d.kind == 'L')
+				p->d.rdv = -1; /* taken, or closed by inherit_take */
+			break;
+		}
 	}
-	inherit_take(fd, &d);
+	if (dir)
+		closedir(dir);
+	for (size_t i = 0; i < n; i++) {
+		if (list[i].file)
+			ffile_put(&fdtab, list[i].file);
+		else if (list[i].d.kind == 'L' && list[i].d.rdv >= 0)
+			sys()->close(list[i].d.rdv); /* the program has no number of it */
+	}
+}
+
+/* The list after its owner: P (this very process, before exec) takes each
+ * entry at its number; Q (the parent that spawned us) by inode. */
+static void inherit_list(char *list)
+{
+	char *save = NULL, *e = strtok_r(list, ",", &save);
+	if (!e || (e[0] != 'P' && e[0] != 'Q'))
+		return;
+	bool spawned = e[0] == 'Q';
+	if (atoi(e + 1) != (int)(spawned ? getppid() : getpid()))
+		return;
+	struct inherit_spawned found[INHERIT_SPAWNED_MAX];
+	size_t n = 0;
+	while ((e = strtok_r(NULL, ",", &save))) {
+		struct inherit_desc d;
+		int fd;
+		uintmax_t ino;
+		if (!inherit_parse(e, &d, &fd, &ino))
+			continue;
+		if (!spawned)
+			inherit_take(fd, &d);
+		else if (ino && n < INHERIT_SPAWNED_MAX)
+			found[n++] = (struct inherit_spawned){.d = d, .ino = ino};
+		else if (d.kind == 'L' && d.rdv >= 0)
+			sys()->close(d.rdv);
+	}
+	if (n)
+		inherit_by_inode(found, n);
 }
 
 /* systemd's protocol: LISTEN_FDS sockets from 3 on, for LISTEN_PID. */
@@ -464,14 +593,10 @@ __attribute__((constructor)) static void inherit_constructor(void)
 		return;
 	sys_resolve();
 	if (on && (fdtab.slots || fdtable_init(&fdtab, 0) == 0)) {
-		if (list) {
-			char *copy = strdup(list);
-			char *save = NULL, *e = copy ? strtok_r(copy, ",", &save) : NULL;
-			if (e && e[0] == 'P' && atoi(e + 1) == (int)getpid())
-				while ((e = strtok_r(NULL, ",", &save)))
-					inherit_entry(e);
-			free(copy);
-		}
+		char *copy = list ? strdup(list) : NULL;
+		if (copy)
+			inherit_list(copy);
+		free(copy);
 		inherit_activation();
 	}
 	unsetenv(INHERIT_VAR); /* for this image only; its own exec writes it anew */

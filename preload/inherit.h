@@ -31,8 +31,22 @@ struct inherit_desc {
 	int backlog;
 };
 
+/* The environment a new program starts with: envp, plus FERRY_INHERIT
+ * describing this process's ferry sockets. For exec (spawn false) this
+ * process's own streams cannot follow (their state goes with the image);
+ * a program this process spawns (spawn true) takes those over from it. */
+struct inherit_env {
+	char *const *envp; /* what to pass */
+	char **owned;
+	void *buf;
+};
+void inherit_env_make(struct inherit_env *e, char *const envp[], bool spawn);
+/* After the exec failed, or the spawn returned: what it made goes. */
+void inherit_env_drop(struct inherit_env *e);
+
 /* Describes f (its reference or the table's lock held). A stream this
- * process runs itself only with own_streams: exec discards its state. */
+ * process runs itself only with own_streams (exec discards its state),
+ * which takes the endpoint lock: then never under the table's lock. */
 bool inherit_describe(struct ffile *f, bool own_streams, struct inherit_desc *d);
 /* Takes up d for the number fd; d->rdv, if any, is this process's to keep
  * or close. False when fd is not a TCP socket of the kind d says. */

@@ -2,7 +2,8 @@
 # Echo servers in the process models servers use (tests/integration/procserve.c),
 # preloaded, each checked byte for byte from 1 B to 1 MB by preloaded clients:
 # fork per connection (the child serves what the parent accepted), a parent
-# that keeps a connection its child held, inetd-style exec of cat, a listener
+# that keeps a connection its child held, inetd-style exec of cat, cat
+# started by posix_spawn with the connection as its stdin and stdout, a listener
 # carried across exec, systemd-style socket activation, prefork workers
 # whose master exited, and workers that listen on a socket another process
 # bound. The counters must show ferry carried every connection
@@ -42,10 +43,10 @@ stop() {
 	sleep 0.2
 }
 
-for mode in fork keep exec; do
+for mode in fork keep exec spawn; do
 	port=$(free_port)
-	if [ $mode = exec ]; then
-		bgf "srv$mode" "$procserve" exec "$port" cat
+	if [ $mode = exec ] || [ $mode = spawn ]; then
+		bgf "srv$mode" "$procserve" $mode "$port" cat
 	else
 		bgf "srv$mode" "$procserve" "$mode" "$port"
 	fi

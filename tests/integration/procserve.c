@@ -20,6 +20,9 @@
  *             in the parent (a parent that keeps a connection a child held);
  *   exec      accept, fork; the child makes the connection its stdin and
  *             stdout and execs CMD (inetd);
+ *   spawn     accept, posix_spawn CMD with the connection as its stdin and
+ *             stdout (file actions), and close it (Rust's Command, Python's
+ *             subprocess where it spawns);
  *   prefork   listen, fork two workers that accept and echo, then exit the
  *             master: its workers serve on (a master that exits);
  *   activate  listen, make the listener fd 3 with LISTEN_FDS=1 and exec CMD
@@ -47,6 +50,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +65,8 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 static int bound_on(int port)
 {
@@ -282,6 +288,25 @@ static int peek_child(int c, const struct sockaddr_storage *peer, socklen_t peer
 	return 0;
 }
 
+/* posix_spawn's child: CMD with c as its stdin and stdout, put there by
+ * the spawn's file actions (no fork, so no ferry code runs in between). */
+static int spawn_handler(int l, int c, char **cmd)
+{
+	posix_spawn_file_actions_t fa;
+	if (posix_spawn_file_actions_init(&fa) != 0)
+		return -1;
+	posix_spawn_file_actions_adddup2(&fa, c, 0);
+	posix_spawn_file_actions_adddup2(&fa, c, 1);
+	posix_spawn_file_actions_addclose(&fa, c);
+	posix_spawn_file_actions_addclose(&fa, l);
+	pid_t pid;
+	int rc = posix_spawnp(&pid, cmd[0], &fa, NULL, cmd, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc != 0)
+		fprintf(stderr, "procserve: posix_spawnp %s: %s\n", cmd[0], strerror(rc));
+	return rc == 0 ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -387,6 +412,12 @@ int main(int argc, char **argv)
 		socklen_t peer_len = sizeof(peer);
 		if (getpeername(c, (struct sockaddr *)&peer, &peer_len) != 0)
 			return 1;
+		if (!strcmp(mode, "spawn")) {
+			if (spawn_handler(l, c, argv + 3) != 0)
+				return 1;
+			close(c);
+			continue;
+		}
 		pid_t pid = fork();
 		if (pid < 0)
 			return 1;

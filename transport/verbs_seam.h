@@ -89,8 +89,9 @@ struct verbs_api {
 };
 
 /* libibverbs itself, opened at the first device list that finds a verbs
- * device in sysfs (without one, nothing is loaded). */
-extern const struct verbs_api verbs_api_ibverbs;
+ * device in sysfs (without one, nothing is loaded); the calls other than
+ * the device list are filled in then, so none is used before it. */
+extern struct verbs_api verbs_api_ibverbs;
 
 /* Tests: devices are looked for in sysfs_dir, and the library opened is
  * soname, as if never tried before. */

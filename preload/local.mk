@@ -59,7 +59,9 @@ EXTRA_DIST += preload/libferry.map.in
 bin_SCRIPTS += ferry-run
 CLEANFILES += ferry-run
 EXTRA_DIST += preload/ferry-run.in
-ferry-run: $(srcdir)/preload/ferry-run.in Makefile
+ferry-run: $(srcdir)/preload/ferry-run.in Makefile ferry-doctor$(EXEEXT)
 	$(AM_V_GEN)san=; if test -n "$(SAN_LDFLAGS)"; then san="`$(CC) -print-file-name=libasan.so` `$(CC) -print-file-name=libubsan.so`"; fi; \
-	$(edit_paths) -e "s|@san_preload[@]|$$san|g" $(srcdir)/preload/ferry-run.in > $@.tmp && \
+	names=`ASAN_OPTIONS=detect_leaks=0 ./ferry-doctor$(EXEEXT) --transports | cut -f1 | tr '\n' ' '`; \
+	$(edit_paths) -e "s|@san_preload[@]|$$san|g" -e "s|@transport_names[@]|$$names|g" \
+		$(srcdir)/preload/ferry-run.in > $@.tmp && \
 	chmod +x $@.tmp && mv $@.tmp $@

@@ -189,7 +189,10 @@ static void ib_describe(struct inherit_buf *b, const struct ib_item *it)
 		int fd = it->fds[i];
 		int fl = sys()->fcntl(fd, F_GETFD);
 		struct stat st;
-		if (fl < 0 || (fl & FD_CLOEXEC) || fstat(fd, &st) != 0)
+		/* A spawn's file actions dup2 a close-on-exec number (Python's
+		 * sockets all are) to one that survives: its stream goes too. */
+		bool cloexec = fl >= 0 && (fl & FD_CLOEXEC) && !(b->own_streams && d.kind == 'S');
+		if (fl < 0 || cloexec || fstat(fd, &st) != 0)
 			continue;
 		char e[160];
 		if (d.kind == 'S') {

@@ -49,6 +49,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -289,9 +290,13 @@ static int peek_child(int c, const struct sockaddr_storage *peer, socklen_t peer
 }
 
 /* posix_spawn's child: CMD with c as its stdin and stdout, put there by
- * the spawn's file actions (no fork, so no ferry code runs in between). */
+ * the spawn's file actions (no fork, so no ferry code runs in between).
+ * c is close-on-exec first, as Python's sockets are: only the dup2'd
+ * numbers reach CMD. */
 static int spawn_handler(int l, int c, char **cmd)
 {
+	if (fcntl(c, F_SETFD, FD_CLOEXEC) != 0)
+		return -1;
 	posix_spawn_file_actions_t fa;
 	if (posix_spawn_file_actions_init(&fa) != 0)
 		return -1;

@@ -79,7 +79,10 @@ counter_ge "listener across exec: streams_accepted" "$(stat_sum streams_accepted
 port=$(free_port)
 bg srvact "$procserve" activate "$port" "$ferry_run" --transport "$transport" \
 	--stats "$work/stats-srvact-%p.json" "$procserve" serve3 "$port"
-wait_listen "$port"
+# The port listens from the plain launcher on; ferry answers on it from the
+# server's first accept, which "ready" follows (a client sooner goes
+# through the kernel, as it should).
+wait_line srvact ready "$last_pid"
 echo_check act "$port"
 stop serve3 "$port"
 counter_eq "socket activation: server fallbacks" \

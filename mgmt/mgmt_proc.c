@@ -90,7 +90,9 @@ int mgmt_proc_watch(const struct mgmt_proc *self, const struct mgmt_proc *peer)
 		sys()->close(fd);
 		return -ESRCH;
 	}
-	return fd; /* a pidfd is close-on-exec from the start */
+	/* Kept for the session's life: above the application's numbers (one
+	 * made while it closed a range took a number it had just freed). */
+	return sys_fd_hide(fd);
 #else
 	return -ENOSYS;
 #endif

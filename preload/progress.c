@@ -29,6 +29,7 @@
 
 static struct rpc *pg_rpc;
 static int pg_efd = -1;
+static int pg_ep = -1; /* the thread's epoll: its eventfd, the nic, ferry-stat's wake-up */
 static int pg_dump;          /* atomic: a stats dump was asked for */
 static uint64_t pg_last_run; /* atomic: when an application thread last ran the loop */
 static uint64_t pg_tick_ns;
@@ -160,13 +161,7 @@ static void *progress_main(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
-	int ep = c->epoll_create1(EPOLL_CLOEXEC);
-	struct epoll_event eev = {.events = EPOLLIN, .data.ptr = &pg_efd_tag};
-	c->epoll_ctl(ep, EPOLL_CTL_ADD, pg_efd, &eev);
-	/* ferry-stat's wake-up: the tables are written only when asked for. */
-	struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &pg_stat_tag};
-	if (statmap_wake_fd() >= 0)
-		c->epoll_ctl(ep, EPOLL_CTL_ADD, statmap_wake_fd(), &sev);
+	int ep = pg_ep;
 	bool watching = false;
 	for (;;) {
 		thread_pause_point(&pg_pause);
@@ -278,9 +273,26 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spi
 	rpc_lock(rpc);
 	pg_notify_fd = rpc_notify_fd(rpc);
 	rpc_unlock(rpc);
+	/* Made here, not by the thread: a descriptor the thread made later
+	 * would appear among the application's while it counts or reuses
+	 * them. */
 	pg_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (pg_efd < 0)
 		return -errno;
+	const struct sys_fns *c = sys();
+	pg_ep = c->epoll_create1(EPOLL_CLOEXEC);
+	if (pg_ep < 0) {
+		int rc = -errno;
+		c->close(pg_efd);
+		pg_efd = -1;
+		return rc;
+	}
+	struct epoll_event eev = {.events = EPOLLIN, .data.ptr = &pg_efd_tag};
+	c->epoll_ctl(pg_ep, EPOLL_CTL_ADD, pg_efd, &eev);
+	/* ferry-stat's wake-up: the tables are written only when asked for. */
+	struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &pg_stat_tag};
+	if (statmap_wake_fd() >= 0)
+		c->epoll_ctl(pg_ep, EPOLL_CTL_ADD, statmap_wake_fd(), &sev);
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -292,7 +304,8 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spi
 	if (rc) {
 		thread_pause_running(&pg_pause, false);
 		sys()->close(pg_efd);
-		pg_efd = -1;
+		sys()->close(pg_ep);
+		pg_efd = pg_ep = -1;
 		return -rc;
 	}
 	wait_set_ceded_spins_spent(rpc_rx_syscall(rpc));
@@ -315,5 +328,5 @@ void progress_forget(void)
 	thread_pause_init(&pg_pause);
 	wait_set_progress(NULL, 0);
 	pg_rpc = NULL;
-	pg_efd = -1;
+	pg_efd = pg_ep = -1;
 }

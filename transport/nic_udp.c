@@ -644,7 +644,6 @@ static int nic_udp_grow_buffer(int fd, int force_opt, int opt)
  * The floor is capped, as the kernel's table grows to the highest number in
  * use (and a fork copies it). Counted per process, as the limit is.
  */
-#define NIC_UDP_HIDE_FLOOR_MAX 65536
 #define NIC_UDP_PEER_FD_SHARE 32
 static int nic_udp_peer_fds; /* atomic */
 
@@ -654,10 +653,10 @@ static int nic_udp_hide_fd(int fd)
 {
 	struct rlimit rl;
 	int high = -1;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 256) {
+	int floor = sys_fd_floor();
+	if (floor >= 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
 		rlim_t lim = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT_MAX ? INT_MAX
 										: rl.rlim_cur;
-		int floor = lim / 2 < NIC_UDP_HIDE_FLOOR_MAX ? (int)(lim / 2) : NIC_UDP_HIDE_FLOOR_MAX;
 		int share = (int)(lim / NIC_UDP_PEER_FD_SHARE);
 		if (__atomic_add_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED) <= share)
 			high = sys()->fcntl(fd, F_DUPFD_CLOEXEC, floor);

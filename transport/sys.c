@@ -5,12 +5,14 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -176,4 +178,27 @@ void sys_resolve(void)
 	if (sys_resolving)
 		return;
 	pthread_once(&sys_once, sys_resolve_once);
+}
+
+#define SYS_FD_FLOOR_MAX 65536
+
+int sys_fd_floor(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < 256)
+		return -1;
+	rlim_t lim = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT_MAX ? INT_MAX : rl.rlim_cur;
+	return lim / 2 < SYS_FD_FLOOR_MAX ? (int)(lim / 2) : SYS_FD_FLOOR_MAX;
+}
+
+int sys_fd_hide(int fd)
+{
+	int floor = sys_fd_floor();
+	if (fd < 0 || floor < 0 || fd >= floor)
+		return fd;
+	int high = sys()->fcntl(fd, F_DUPFD_CLOEXEC, floor);
+	if (high < 0)
+		return fd;
+	sys()->close(fd);
+	return high;
 }

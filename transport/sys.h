@@ -113,4 +113,15 @@ static inline const struct sys_fns *sys(void)
 	return &sys_table;
 }
 
+/*
+ * Where ferry keeps descriptors of its own that outlive a call: at or above
+ * half the open-file limit (at most 65536), never at a number the
+ * application would get next, as the kernel alone would give it. -1 when
+ * the limit is too small to spare any (under 256).
+ */
+int sys_fd_floor(void);
+/* Moves fd up to the floor (close-on-exec) and returns the new number, or
+ * fd itself when it cannot move. */
+int sys_fd_hide(int fd);
+
 #endif

@@ -183,6 +183,17 @@ free_port() {
 }
 
 # Waits (10 s) until a TCP listener is up on 127.0.0.1:PORT, without connecting.
+# tcpcat_echo WHAT PORT STATS: $work/in sent through $tcpcat to
+# 127.0.0.1:PORT under ferry-run (counters in stats-STATS-<pid>.json) comes
+# back into $work/out byte for byte.
+tcpcat_echo() {
+	timeout 60 "$ferry_run" --transport "$transport" --stats "$work/stats-$3-%p.json" \
+		"$tcpcat" 127.0.0.1 "$2" <"$work/in" >"$work/out" 2>"$work/cli.err" ||
+		fail "$1: tcpcat failed: $(cat "$work/cli.err")"
+	cmp -s "$work/in" "$work/out" ||
+		fail "$1: $(wc -c <"$work/out") bytes came back, or other bytes"
+}
+
 wait_listen() {
 	_i=0
 	while [ $_i -lt 100 ]; do

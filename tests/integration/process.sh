@@ -25,11 +25,7 @@ nsizes=$(echo $sizes | wc -w)
 echo_check() {
 	for size in $sizes; do
 		head -c "$size" /dev/urandom >"$work/in"
-		timeout 60 "$ferry_run" --transport "$transport" --stats "$work/stats-cli$1-%p.json" \
-			"$tcpcat" 127.0.0.1 "$2" <"$work/in" >"$work/out" 2>"$work/cli.err" ||
-			fail "$1: $size bytes: tcpcat failed: $(cat "$work/cli.err")"
-		cmp -s "$work/in" "$work/out" ||
-			fail "$1: $size bytes: $(wc -c <"$work/out") came back, or different bytes"
+		tcpcat_echo "$1: $size bytes" "$2" "cli$1"
 	done
 	log "$1: $nsizes echoes of 1 B to 400 KB, byte for byte"
 }

@@ -35,11 +35,7 @@ head -c 200000 /dev/urandom >"$work/in"
 n=0
 while [ $n -lt 10 ]; do
 	n=$((n + 1))
-	timeout 60 "$ferry_run" --transport "$transport" --stats "$work/stats-client$n-%p.json" \
-		"$tcpcat" 127.0.0.1 "$port" <"$work/in" >"$work/out" 2>"$work/cli.err" ||
-		fail "client $n: tcpcat failed: $(cat "$work/cli.err")"
-	cmp -s "$work/in" "$work/out" ||
-		fail "client $n: $(wc -c <"$work/out") bytes came back, or other bytes"
+	tcpcat_echo "client $n" "$port" "client$n"
 done
 log "10 clients, 200 KB each through cat, byte for byte"
 

@@ -584,6 +584,9 @@ int stream_init(struct rpc *rpc, stream_ready_fn *ready)
 	if (!rc)
 		rc = rpc_register_handler(rpc, STREAM_REQ_DATA, stream_handle_data, NULL);
 	if (!rc)
+		rc = rpc_register_placer(rpc, STREAM_REQ_DATA, stream_place_data,
+					 sizeof(struct wire_seg));
+	if (!rc)
 		rc = rpc_register_handler(rpc, STREAM_REQ_WINDOW, stream_handle_ctl, NULL);
 	if (!rc)
 		rc = rpc_register_handler(rpc, STREAM_REQ_FIN, stream_handle_ctl, NULL);

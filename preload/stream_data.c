@@ -533,6 +533,24 @@ const struct wire_seg *stream_request_seg(struct rpc *rpc, struct rpc_req *req)
 	return NULL;
 }
 
+int stream_place_data(struct rpc *rpc, int session, const uint8_t *head, uint32_t off,
+		      const uint8_t *data, uint32_t len, void *ctx)
+{
+	(void)rpc;
+	(void)ctx;
+	struct wire_seg w;
+	memcpy(&w, head, sizeof(w));
+	struct stream *s = stream_lookup(w.sid, session);
+	if (!s || s->reset)
+		return -ECONNRESET; /* the handler looks again and refuses */
+	if (off < sizeof(w)) {
+		data += sizeof(w) - off;
+		len -= (uint32_t)(sizeof(w) - off);
+		off = sizeof(w);
+	}
+	return rxbuf_put(&s->rx, w.value + (off - sizeof(w)), data, len);
+}
+
 void stream_handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 {
 	const struct msgbuf *m = rpc_req_msg(req);
@@ -549,14 +567,16 @@ void stream_handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		return;
 	}
 	stream_heard(s, w->consumed, w->received);
-	size_t len = m->data_size - sizeof(*w);
-	/*
-	 * One copy, here, as the kernel makes one. DESIGN.md hoped to hand the
-	 * receive buffer itself to the stream, but rpc.h gives a request's
-	 * msgbuf only for the handler's duration (the transport reassembles
-	 * and recycles it), so keeping it would need a transport change.
-	 */
-	int rc = rxbuf_put(&s->rx, w->value, m->buf + sizeof(*w), len);
+	/* One copy into the ring, as the kernel makes one: made by
+	 * stream_place_data as the packets came, or here from the one packet. */
+	int rc;
+	size_t len;
+	if (rpc_req_placed(req, &rc)) {
+		len = rpc_req_size(req) - sizeof(*w);
+	} else {
+		len = m->data_size - sizeof(*w);
+		rc = rxbuf_put(&s->rx, w->value, m->buf + sizeof(*w), len);
+	}
 	if (rc) {
 		log_warn("stream %u: DATA at %llu+%zu refused (%d): resetting", s->sid,
 			 (unsigned long long)w->value, len, rc);

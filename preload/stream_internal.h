@@ -147,6 +147,8 @@ const struct wire_seg *stream_request_seg(struct rpc *rpc, struct rpc_req *req);
 /* Forgets the answers queued for after the pass (stream_forget_all). */
 void stream_data_forget(void);
 void stream_handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx);
+int stream_place_data(struct rpc *rpc, int session, const uint8_t *head, uint32_t off,
+		      const uint8_t *data, uint32_t len, void *ctx);
 void stream_handle_ctl(struct rpc *rpc, struct rpc_req *req, void *ctx);
 
 /* stream_open.c */

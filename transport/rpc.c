@@ -123,6 +123,15 @@ int rpc_register_handler(struct rpc *rpc, uint8_t req_type, rpc_handler_fn fn, v
 	return 0;
 }
 
+int rpc_register_placer(struct rpc *rpc, uint8_t req_type, rpc_place_fn fn, uint32_t head_len)
+{
+	if (!rpc->handlers[req_type].fn || head_len > RPC_PLACE_HEAD_MAX)
+		return -EINVAL;
+	rpc->handlers[req_type].place = fn;
+	rpc->handlers[req_type].head_len = head_len;
+	return 0;
+}
+
 void rpc_set_session_handler(struct rpc *rpc, rpc_session_fn fn, void *ctx)
 {
 	rpc->session_fn = fn;

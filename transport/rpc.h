@@ -66,6 +66,22 @@ void rpc_unlock(struct rpc *rpc);
 
 /* Registers the handler for req_type (0..255). -EEXIST if one is there. */
 int rpc_register_handler(struct rpc *rpc, uint8_t req_type, rpc_handler_fn fn, void *ctx);
+
+/*
+ * Takes a request's bytes as its packets arrive, in order and each once,
+ * where the handler would copy them on from a reassembled msgbuf (a stream's
+ * receive ring): one copy fewer per byte. off counts from the request's
+ * first byte; head holds its first head_len bytes (the caller's header,
+ * which the first packet carries). A nonzero return is kept for the handler
+ * (rpc_req_placed), and the request's later packets are not offered.
+ */
+typedef int (*rpc_place_fn)(struct rpc *rpc, int session, const uint8_t *head, uint32_t off,
+			    const uint8_t *data, uint32_t len, void *ctx);
+#define RPC_PLACE_HEAD_MAX 64u
+/* For requests of req_type that span packets; the handler still runs at the
+ * end, with a msgbuf of the head_len header bytes only. -EINVAL if head_len
+ * is over RPC_PLACE_HEAD_MAX or no handler is registered. */
+int rpc_register_placer(struct rpc *rpc, uint8_t req_type, rpc_place_fn fn, uint32_t head_len);
 void rpc_set_session_handler(struct rpc *rpc, rpc_session_fn fn, void *ctx);
 
 /* A msgbuf with room for size bytes (data_size = size), or NULL if size is
@@ -86,6 +102,12 @@ int rpc_enqueue_request(struct rpc *rpc, int session, uint8_t req_type, struct m
 const struct msgbuf *rpc_req_msg(const struct rpc_req *req);
 uint8_t rpc_req_type(const struct rpc_req *req);
 int rpc_req_session(const struct rpc_req *req);
+/* The request's size in bytes (rpc_req_msg holds only the header when a
+ * placer took the bytes). */
+uint32_t rpc_req_size(const struct rpc_req *req);
+/* Whether a placer took the request's bytes; *status is its first nonzero
+ * return, or 0. */
+bool rpc_req_placed(const struct rpc_req *req, int *status);
 
 /* The buffer to write the response into, sized to size bytes (the slot's
  * preallocated buffer when it fits). Owned by the transport. NULL on -ENOMEM

@@ -93,6 +93,9 @@ struct server_slot {
 	uint32_t rx_pkts;      /* request packets received in order */
 	uint32_t nacked_at;    /* rx_pkts when we last NACKed, to NACK once per gap */
 	struct msgbuf *req;    /* reassembly buffer (multi-packet requests) */
+	bool placed;           /* the type's placer takes the bytes instead */
+	int place_status;      /* its first nonzero return */
+	uint8_t head[RPC_PLACE_HEAD_MAX]; /* the first packet's header, for it */
 	struct msgbuf *resp;   /* the response, kept until the next request */
 	struct msgbuf *pre_resp; /* one-packet buffer reused across requests */
 	bool cr_due;             /* listed in rpc->cr_due this pass */
@@ -165,6 +168,8 @@ struct rpc {
 	struct {
 		rpc_handler_fn fn;
 		void *ctx;
+		rpc_place_fn place;
+		uint32_t head_len;
 	} handlers[256];
 	rpc_session_fn session_fn;
 	void *session_ctx;

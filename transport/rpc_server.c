@@ -58,6 +58,9 @@ static void start_request(struct rpc *rpc, struct session *s, struct server_slot
 	ss->req_size = pi->msg_size;
 	ss->req_pkts = pkt_count(pi->msg_size, s->dpp);
 	ss->rx_pkts = 0;
+	ss->placed = ss->req_pkts > 1 && rpc->handlers[ss->req_type].place &&
+		     rpc->handlers[ss->req_type].head_len <= s->dpp;
+	ss->place_status = 0;
 	ss->nacked_at = UINT32_MAX;
 	ss->resp_pkts = 0;
 	ss->cr_due = false;
@@ -114,6 +117,25 @@ void server_flush_crs(struct rpc *rpc)
 	rpc->n_cr_due = 0;
 }
 
+/* A placed request: no reassembly buffer, so no copy and no allocation. */
+static void place_in_order(struct rpc *rpc, struct session *s, struct server_slot *ss, uint32_t k,
+			   const uint8_t *data, uint32_t len)
+{
+	uint32_t head_len = rpc->handlers[ss->req_type].head_len;
+	if (k == 0)
+		memcpy(ss->head, data, head_len);
+	if (ss->place_status == 0)
+		ss->place_status = rpc->handlers[ss->req_type].place(
+			rpc, s->num, ss->head, k * s->dpp, data, len, rpc->handlers[ss->req_type].ctx);
+	ss->rx_pkts++;
+	if (ss->rx_pkts == ss->req_pkts) {
+		struct msgbuf view;
+		run_handler(rpc, s, ss, rpc_view_msg(&view, ss->head, head_len));
+	} else {
+		owe_cr(rpc, s, ss);
+	}
+}
+
 static void receive_in_order(struct rpc *rpc, struct session *s, struct server_slot *ss,
 			     const struct pkt_info *pi, const uint8_t *data)
 {
@@ -123,6 +145,10 @@ static void receive_in_order(struct rpc *rpc, struct session *s, struct server_s
 		struct msgbuf view;
 		ss->rx_pkts = 1;
 		run_handler(rpc, s, ss, rpc_view_msg(&view, data, len));
+		return;
+	}
+	if (ss->placed) {
+		place_in_order(rpc, s, ss, k, data, len);
 		return;
 	}
 	if (k == 0) {
@@ -219,6 +245,13 @@ void server_on_rfr(struct rpc *rpc, struct session *s, const struct pkt_info *pi
 const struct msgbuf *rpc_req_msg(const struct rpc_req *req) { return req->msg; }
 uint8_t rpc_req_type(const struct rpc_req *req) { return req->slot->req_type; }
 int rpc_req_session(const struct rpc_req *req) { return req->session->num; }
+uint32_t rpc_req_size(const struct rpc_req *req) { return req->slot->req_size; }
+
+bool rpc_req_placed(const struct rpc_req *req, int *status)
+{
+	*status = req->slot->place_status;
+	return req->slot->placed;
+}
 
 struct msgbuf *rpc_resp_msg(struct rpc *rpc, struct rpc_req *req, uint32_t size)
 {

@@ -577,6 +577,8 @@ struct stream *stream_find(uint32_t sid, uint32_t peer_sid, uint64_t token)
 	return s;
 }
 
+_Static_assert(sizeof(struct wire_seg) <= RPC_PLACE_HEAD_MAX, "DATA's header goes to its placer");
+
 int stream_init(struct rpc *rpc, stream_ready_fn *ready)
 {
 	ready_fn = ready;

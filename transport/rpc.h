@@ -77,7 +77,7 @@ int rpc_register_handler(struct rpc *rpc, uint8_t req_type, rpc_handler_fn fn, v
  */
 typedef int (*rpc_place_fn)(struct rpc *rpc, int session, const uint8_t *head, uint32_t off,
 			    const uint8_t *data, uint32_t len, void *ctx);
-#define RPC_PLACE_HEAD_MAX 64u
+#define RPC_PLACE_HEAD_MAX 32u
 /* For requests of req_type that span packets; the handler still runs at the
  * end, with a msgbuf of the head_len header bytes only. -EINVAL if head_len
  * is over RPC_PLACE_HEAD_MAX or no handler is registered. */

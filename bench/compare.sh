@@ -63,7 +63,7 @@ bench_cleanup_more() { [ -n "${pgdir:-}" ] && pg_stop; }
 server_start() {
 	port=$(free_port)
 	tag=srv
-	rm -f "$work"/stats-srv-*.json
+	rm -f "$stats"/stats-srv-*.json
 	if [ "$3" = redis ]; then
 		set -- "$1" "$2" redis-server --port "$port" --bind 127.0.0.1 --save "" \
 			--appendonly no --protected-mode no --daemonize no --maxclients 2000
@@ -78,7 +78,7 @@ server_start() {
 	shift 2
 	# One simple command in the background, so $! is the process itself.
 	[ "$trace" = yes ] && set -- strace -f -c -o "$work/strace.txt" "$@"
-	[ "$mode" != kernel ] && set -- "$ferry_run" --transport "$mode" --stats "$work/stats-srv-%p.json" "$@"
+	[ "$mode" != kernel ] && set -- "$ferry_run" --transport "$mode" --stats "$stats/stats-srv-%p.json" "$@"
 	"$@" >"$work/server.log" 2>&1 &
 	server_pid=$!
 	wait_listen "$port" || { echo "server did not start: $(tail -3 "$work/server.log")" >&2; exit 1; }
@@ -101,7 +101,7 @@ redis_run() {
 	mode=$1
 	shift
 	tag=cli
-	rm -f "$work"/stats-cli-*.json
+	rm -f "$stats"/stats-cli-*.json
 	with "$mode" redis-benchmark -p "$port" -t set,get -r 100000 -d 32 --csv "$@" \
 		>"$work/bench.csv" 2>"$work/bench.err" || { echo "0 0 0 0"; return; }
 	tr -d '"' <"$work/bench.csv" | awk -F, '
@@ -112,7 +112,7 @@ redis_run() {
 memc_run() {
 	mode=$1
 	tag=cli
-	rm -f "$work"/stats-cli-*.json
+	rm -f "$stats"/stats-cli-*.json
 	if [ "$memc" = memcaslap ]; then
 		with "$mode" memcaslap -s "127.0.0.1:$port" -T 2 -c 50 -x "$n" >"$work/memc.log" 2>&1
 		sed -n 's/.*TPS: \([0-9]*\).*/\1/p' "$work/memc.log" | tail -1
@@ -219,12 +219,12 @@ http {
 }
 EOC
 	tag=srv
-	rm -f "$work"/stats-srv-*.json
+	rm -f "$stats"/stats-srv-*.json
 	with "$mode" nginx -c "$work/ng/nginx.conf" -p "$work/ng" >"$work/ng.log" 2>&1 &
 	ng=$!
 	wait_listen "$port" || { echo 0; return; }
 	tag=cli
-	rm -f "$work"/stats-cli-*.json
+	rm -f "$stats"/stats-cli-*.json
 	with "$mode" wrk -t 2 -c 50 -d 3 "http://127.0.0.1:$port/k1" >"$work/wrk.log" 2>&1
 	kill -QUIT "$(cat "$work/ng/logs/nginx.pid" 2>/dev/null)" 2>/dev/null
 	wait "$ng" 2>/dev/null
@@ -232,7 +232,7 @@ EOC
 	# accept spreads them over the workers that are awake).
 	if [ "$mode" != kernel ]; then
 		printf '%s:' "$mode" >>"$work/nginx_split"
-		for f in "$work"/stats-srv-*.json; do
+		for f in "$stats"/stats-srv-*.json; do
 			grep -o '"streams_accepted":[0-9]*' "$f" | cut -d: -f2
 		done | sort -rn | tr '\n' ' ' | sed 's/^/ /; s/ $//' >>"$work/nginx_split"
 		echo >>"$work/nginx_split"
@@ -247,7 +247,7 @@ pgbench_as() { # MODE ARGS...
 	m=$1
 	shift
 	pre=
-	[ "$m" != kernel ] && pre="'$ferry_run' --transport $m --stats '$work/stats-cli-%p.json'"
+	[ "$m" != kernel ] && pre="'$ferry_run' --transport $m --stats '$stats/stats-cli-%p.json'"
 	su postgres -s /bin/sh -c "exec $pre pgbench -h 127.0.0.1 -p $pgport -U postgres $* postgres"
 }
 pg_start() { # MODE
@@ -257,7 +257,7 @@ pg_start() { # MODE
 		>/dev/null 2>&1 || return 1
 	pgport=$(free_port)
 	pre=
-	[ "$1" != kernel ] && pre="'$ferry_run' --transport $1 --stats '$work/stats-pg-%p.json'"
+	[ "$1" != kernel ] && pre="'$ferry_run' --transport $1 --stats '$stats/stats-pg-%p.json'"
 	su postgres -s /bin/sh -c "exec $pre '$pg_bin/postgres' -D '$pgdir/data' -k '$pgdir' -p $pgport -c listen_addresses=127.0.0.1 -c fsync=off >'$pgdir/log' 2>&1" &
 	wait_listen "$pgport" || return 1
 	pgbench_as "$1" -i -s 4 -q >/dev/null 2>&1
@@ -266,7 +266,7 @@ pg_stop() {
 	su postgres -s /bin/sh -c "'$pg_bin/pg_ctl' -D '$pgdir/data' stop -m fast" >/dev/null 2>&1
 }
 pg_tps() { # MODE ARGS...
-	rm -f "$work"/stats-cli-*.json
+	rm -f "$stats"/stats-cli-*.json
 	pgbench_as "$@" 2>&1 | awk '/^tps/ {printf "%d\n", $3}' | head -1
 }
 

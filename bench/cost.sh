@@ -60,7 +60,7 @@ one() {
 	cli_tool=
 	[ "$who" = client ] && cli_tool=$tool
 	tag=cli
-	rm -f "$work"/stats-cli-*.json
+	rm -f "$stats"/stats-cli-*.json
 	# shellcheck disable=SC2086
 	with "$mode" $cli_tool redis-benchmark -p "$port" -t get -c 1 -n "$requests" -q \
 		>"$work/bench.out" 2>&1

@@ -17,11 +17,18 @@ bench_need() {
 	done
 }
 
-# bench_workdir NAME: a scratch directory, $work, removed at exit after the
+# bench_workdir NAME: a scratch directory, $work, and $stats for the ferry
+# processes' counters (on tmpfs where there is one), removed at exit after the
 # server ($server_pid) is stopped and bench_cleanup_more, if defined, has run.
 bench_workdir() {
 	work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-$1.XXXXXX")
 	chmod 1777 "$work"
+	# Every ferry process writes its counters at exit: on tmpfs, where a
+	# file costs what a user's FERRY_STATS costs. On ext4, creating and
+	# removing one per process took a tenth of pgbench -S -C's throughput
+	# (ext4's inode allocator), a cost the kernel's runs never paid.
+	stats=$(mktemp -d /dev/shm/ferry-$1-stats.XXXXXX 2>/dev/null) || stats=$work
+	chmod 1777 "$stats"
 	server_pid=
 	trap bench_cleanup EXIT
 	trap 'exit 1' INT TERM
@@ -30,7 +37,7 @@ bench_workdir() {
 bench_cleanup() {
 	[ -n "$server_pid" ] && kill -TERM $server_pid 2>/dev/null
 	command -v bench_cleanup_more >/dev/null && bench_cleanup_more
-	rm -rf "$work"
+	rm -rf "$work" "$stats"
 }
 
 # A port no TCP or UDP socket of the host uses, outside the kernel's
@@ -55,14 +62,14 @@ wait_listen() {
 }
 
 # with MODE CMD...: CMD plainly (kernel) or preloaded over transport MODE,
-# counters to $work/stats-$tag-<pid>.json.
+# counters to $stats/stats-$tag-<pid>.json.
 with() {
 	mode=$1
 	shift
 	if [ "$mode" = kernel ]; then
 		"$@"
 	else
-		"$ferry_run" --transport "$mode" --stats "$work/stats-$tag-%p.json" "$@"
+		"$ferry_run" --transport "$mode" --stats "$stats/stats-$tag-%p.json" "$@"
 	fi
 }
 
@@ -72,13 +79,13 @@ serve() {
 	mode=$1
 	log=$2
 	shift 2
-	[ "$mode" != kernel ] && set -- "$ferry_run" --transport "$mode" --stats "$work/stats-$tag-%p.json" "$@"
+	[ "$mode" != kernel ] && set -- "$ferry_run" --transport "$mode" --stats "$stats/stats-$tag-%p.json" "$@"
 	"$@" >"$log" 2>&1 &
 	server_pid=$!
 }
 
 stat_sum() { # key tag
-	cat "$work"/stats-$2-*.json 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2 |
+	cat "$stats"/stats-$2-*.json 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2 |
 		awk '{s += $1} END {print s + 0}'
 }
 

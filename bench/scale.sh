@@ -61,7 +61,7 @@ redis_point() {
 	clients=$2
 	port=$(free_port)
 	tag=srv
-	rm -f "$work"/stats-*.json
+	rm -f "$stats"/stats-*.json
 	serve "$mode" "$work/server.log" redis-server --port "$port" --bind 127.0.0.1 --save "" \
 		--appendonly no --protected-mode no --daemonize no --maxclients $((clients + 32))
 	wait_listen "$port" || { echo "server did not start: $(tail -3 "$work/server.log")" >&2; exit 1; }
@@ -86,7 +86,7 @@ sockperf_rtt() {
 	mode=$1
 	port=$(free_port)
 	tag=srv
-	rm -f "$work"/stats-*.json
+	rm -f "$stats"/stats-*.json
 	serve "$mode" "$work/sp-server.log" sockperf sr --tcp -i 127.0.0.1 -p "$port"
 	wait_listen "$port" || { echo "sockperf server did not start" >&2; exit 1; }
 	tag=cli

@@ -20,6 +20,17 @@
 #include "transport/clock.h"
 #include "preload_test_util.h"
 
+/* sched_yield as wait.c calls it, counted; for real unless a test says not
+ * (then it finds nobody to run, as on an idle CPU, deterministically). */
+static unsigned yields;
+static bool yield_for_real = true;
+
+int sched_yield(void)
+{
+	__atomic_add_fetch(&yields, 1, __ATOMIC_RELAXED);
+	return yield_for_real ? (int)syscall(SYS_sched_yield) : 0;
+}
+
 /* Event loop passes: each turn of a spin makes one. */
 static unsigned runs;
 
@@ -200,4 +211,18 @@ Test(wait_spin, finding_the_event_without_ceding_keeps_the_spin)
 		wait_spin_outcome(true);
 	}
 	cr_expect_eq(wait_spin_us(), SPIN_US);
+}
+
+/* A spin's yields that run nobody thin out: after four in a row the passes
+ * between two yields double with each, up to 1024, where one every 16 passes
+ * was a system call each time. 65,536 idle passes: 71 yields, not 4,096. */
+Test(wait_spin, yields_that_run_nobody_thin_out)
+{
+	yield_for_real = false;
+	unsigned before = __atomic_load_n(&yields, __ATOMIC_RELAXED);
+	for (unsigned i = 0; i < 16 * 4096; i++)
+		wait_spin_once();
+	unsigned n = __atomic_load_n(&yields, __ATOMIC_RELAXED) - before;
+	cr_expect_geq(n, 64, "%u yields: a long spin still yields now and then", n);
+	cr_expect_leq(n, 256, "%u yields in %u idle passes", n, 16 * 4096);
 }

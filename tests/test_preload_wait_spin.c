@@ -193,6 +193,16 @@ static void four_spins_beside_a_hog(uint64_t spin_ns)
 	cr_assert_eq(pthread_join(th, NULL), 0);
 }
 
+/* After spins that ceded the CPU, where that counts: a probe every 16th wait. */
+static void expect_spins_stopped(void)
+{
+	unsigned spun = 0, asked = 32;
+	for (unsigned i = 0; i < asked; i++)
+		spun += wait_spin_us() != 0;
+	cr_expect_eq(spun, asked / 16, "%u of %u waits spun after four spins that ceded the CPU",
+		     spun, asked);
+}
+
 /* Where looks are system calls (udp), spins that found their event only
  * once their yields had let another thread run count as spent: on a short
  * CPU a spin is a sleep that costs the others their turns. */
@@ -200,11 +210,7 @@ Test(wait_spin, finding_the_event_after_ceding_the_cpu_stops_the_spin)
 {
 	wait_set_ceded_spins_spent(true);
 	four_spins_beside_a_hog(0);
-	unsigned spun = 0, asked = 32;
-	for (unsigned i = 0; i < asked; i++)
-		spun += wait_spin_us() != 0;
-	cr_expect_eq(spun, asked / 16, "%u of %u waits spun after four spins that ceded the CPU",
-		     spun, asked);
+	expect_spins_stopped();
 }
 
 /* Where a look is a read of memory and a sleeper costs its peer a wake-up
@@ -262,9 +268,5 @@ Test(wait_spin, a_cpu_shared_after_a_quiet_spell_is_noticed)
 	pass_ns = 1000;
 	wait_set_ceded_spins_spent(true);
 	four_spins_beside_a_hog(400000);
-	unsigned spun = 0, asked = 32;
-	for (unsigned i = 0; i < asked; i++)
-		spun += wait_spin_us() != 0;
-	cr_expect_eq(spun, asked / 16, "%u of %u waits spun after four spins that ceded the CPU",
-		     spun, asked);
+	expect_spins_stopped();
 }

@@ -72,11 +72,9 @@ static int pp_limit_read(void)
  * The floor is capped, as the kernel's table grows to the highest number
  * in use. Where nothing is free up there, the number stays as it is.
  */
-#define PHPOOL_HIDE_FLOOR_MAX 65536
-
 static int pp_floor(int limit)
 {
-	return limit / 2 < PHPOOL_HIDE_FLOOR_MAX ? limit / 2 : PHPOOL_HIDE_FLOOR_MAX;
+	return sys_fd_floor_of(limit);
 }
 
 /*

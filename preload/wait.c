@@ -311,18 +311,18 @@ void wait_set_ceded_spins_spent(bool spent)
  * (the application's own, or the peer's spin) runs. A yield that found
  * nobody to run was a system call for nothing, and one in the middle of an
  * arrival delays it. After WAIT_YIELD_QUIET such yields in a row the
- * interval doubles with each further one, up to WAIT_YIELD_EVERY_MAX passes,
- * and it goes back to WAIT_YIELD_EVERY_MIN when a yield lets another thread
- * run or a spin runs out. Only where a look is a read of memory (softib,
- * ib): over udp each look is a system call already, and pgbench -S -c 8
- * (eight backends on two cores) lost 7-12% of its transactions with fewer
- * yields (16,586/16,322 tps against 14,528/15,353). (Beside a busy thread, CFS runs it at every second
- * or third yield only, so a few quiet ones in a row do not mean the CPU is
+ * interval doubles with each further one, up to WAIT_YIELD_EVERY_MAX passes;
+ * it goes back to WAIT_YIELD_EVERY_MIN when a yield lets another thread run
+ * or a spin runs out. (Beside a busy thread, CFS runs it at every second or
+ * third yield only, so a few quiet ones in a row do not mean the CPU is
  * ours.) Whatever the interval, a spin yields once WAIT_YIELD_GAP_NS have
  * passed since the last yield: a CPU that became shared after a quiet spell
- * is noticed within a spin, not only after spins that run out. sockperf
- * over softib, both ends spinning: 2.5 yields per round trip before, 0.02
- * after.
+ * is noticed within a spin. sockperf over softib, both ends spinning: 2.5
+ * yields per round trip before, 0.02 after.
+ *
+ * Only where a look is a read of memory (softib, ib). Over udp each look is
+ * a system call already, and pgbench -S -c 8 (eight backends on two cores)
+ * lost 7-12% of its transactions with fewer yields.
  */
 #define WAIT_YIELD_EVERY_MIN 16u
 #define WAIT_YIELD_EVERY_MAX 1024u

@@ -653,11 +653,10 @@ static int nic_udp_hide_fd(int fd)
 {
 	struct rlimit rl;
 	int high = -1;
-	int floor = sys_fd_floor();
-	if (floor >= 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-		rlim_t lim = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT_MAX ? INT_MAX
-										: rl.rlim_cur;
-		int share = (int)(lim / NIC_UDP_PEER_FD_SHARE);
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 256) {
+		int lim = rl.rlim_cur > INT_MAX ? INT_MAX : (int)rl.rlim_cur;
+		int floor = sys_fd_floor_of(lim);
+		int share = lim / NIC_UDP_PEER_FD_SHARE;
 		if (__atomic_add_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED) <= share)
 			high = sys()->fcntl(fd, F_DUPFD_CLOEXEC, floor);
 		if (high < 0)

@@ -182,13 +182,17 @@ void sys_resolve(void)
 
 #define SYS_FD_FLOOR_MAX 65536
 
+int sys_fd_floor_of(int limit)
+{
+	return limit / 2 < SYS_FD_FLOOR_MAX ? limit / 2 : SYS_FD_FLOOR_MAX;
+}
+
 int sys_fd_floor(void)
 {
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < 256)
 		return -1;
-	rlim_t lim = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT_MAX ? INT_MAX : rl.rlim_cur;
-	return lim / 2 < SYS_FD_FLOOR_MAX ? (int)(lim / 2) : SYS_FD_FLOOR_MAX;
+	return sys_fd_floor_of(rl.rlim_cur > INT_MAX ? INT_MAX : (int)rl.rlim_cur);
 }
 
 int sys_fd_hide(int fd)

@@ -120,6 +120,8 @@ static inline const struct sys_fns *sys(void)
  * the limit is too small to spare any (under 256).
  */
 int sys_fd_floor(void);
+/* The floor for an open-file limit of limit. */
+int sys_fd_floor_of(int limit);
 /* Moves fd up to the floor (close-on-exec) and returns the new number, or
  * fd itself when it cannot move. */
 int sys_fd_hide(int fd);

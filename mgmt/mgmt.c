@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "mgmt/mgmt_internal.h"
@@ -422,6 +423,7 @@ static void *mgmt_main(void *arg)
 {
 	struct mgmt *m = arg;
 	mgmt_self = m;
+	sys()->prctl(PR_SET_NAME, "ferry-mgmt");
 	for (;;) {
 		thread_pause_point(&m->pause);
 		pthread_mutex_lock(&m->state);
@@ -579,9 +581,6 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 		thread_pause_running(&m->pause, true);
 		rc = -pthread_create(&m->thread, NULL, mgmt_main, m);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		/* Named here, so that it has its name as soon as ferry is on. */
-		if (rc == 0)
-			pthread_setname_np(m->thread, "ferry-mgmt");
 		if (rc)
 			thread_pause_running(&m->pause, false);
 	}

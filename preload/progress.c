@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "preload/ferry.h"
@@ -156,6 +157,7 @@ static void *progress_main(void *arg)
 	struct rpc *rpc = arg;
 	const struct sys_fns *c = sys();
 	ferry_internal_enter(); /* everything this thread does is ferry's own */
+	sys()->prctl(PR_SET_NAME, "ferry-progress");
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
@@ -299,10 +301,6 @@ int progress_start(struct rpc *rpc, const struct ferry_config *cfg, unsigned spi
 	thread_pause_running(&pg_pause, true);
 	int rc = pthread_create(&th, &attr, progress_main, rpc);
 	pthread_attr_destroy(&attr);
-	/* Named by its creator, so that it has its name as soon as ferry is
-	 * on (ps -L, top -H); the thread never returns, so th stays valid. */
-	if (rc == 0)
-		pthread_setname_np(th, "ferry-progress");
 	if (rc) {
 		thread_pause_running(&pg_pause, false);
 		sys()->close(pg_efd);

@@ -2,6 +2,7 @@
 #include "autoconfig.h"
 
 #include "preload/rxbuf.h"
+#include "transport/copy.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -123,16 +124,16 @@ static void ring_copy_in(struct rxbuf *rb, uint64_t seq, const uint8_t *src, siz
 {
 	size_t off = (size_t)(seq & (rb->size - 1));
 	size_t first = rb->size - off < len ? rb->size - off : len;
-	memcpy(rb->ring + off, src, first);
-	memcpy(rb->ring, src + first, len - first);
+	copy_bytes(rb->ring + off, src, first);
+	copy_bytes(rb->ring, src + first, len - first);
 }
 
 static void ring_copy_out(const struct rxbuf *rb, uint64_t seq, uint8_t *dst, size_t len)
 {
 	size_t off = (size_t)(seq & (rb->size - 1));
 	size_t first = rb->size - off < len ? rb->size - off : len;
-	memcpy(dst, rb->ring + off, first);
-	memcpy(dst + first, rb->ring, len - first);
+	copy_bytes(dst, rb->ring + off, first);
+	copy_bytes(dst + first, rb->ring, len - first);
 }
 
 /* Makes the ring hold [head, end): a larger power of two, bytes kept at

@@ -11,6 +11,7 @@
 
 #include "preload/ferry.h"
 #include "transport/clock.h"
+#include "transport/copy.h"
 #include "transport/log.h"
 
 /* How long bytes that came in an answer may go unacknowledged before a
@@ -214,7 +215,7 @@ static size_t iov_copy_from(uint8_t *dst, const struct iovec *iov, int iovcnt, s
 		size_t n = l - skip;
 		if (n > len - done)
 			n = len - done;
-		memcpy(dst + done, (const uint8_t *)iov[i].iov_base + skip, n);
+		copy_bytes(dst + done, (const uint8_t *)iov[i].iov_base + skip, n);
 		done += n;
 		skip = 0;
 	}

@@ -100,3 +100,9 @@ TESTS += tests/test_txdefer
 tests_test_txdefer_SOURCES = tests/test_txdefer.c
 tests_test_txdefer_CFLAGS = $(TEST_CFLAGS)
 tests_test_txdefer_LDADD = $(TEST_LDADD)
+
+check_PROGRAMS += tests/test_copy
+TESTS += tests/test_copy
+tests_test_copy_SOURCES = tests/test_copy.c
+tests_test_copy_CFLAGS = $(TEST_CFLAGS)
+tests_test_copy_LDADD = $(TEST_LDADD)

@@ -33,4 +33,4 @@ libferry_core_la_SOURCES += transport/nic_noverbs.c
 endif
 EXTRA_DIST += transport/nic_verbs.c transport/nic_noverbs.c transport/nic_ib.c transport/nic_ib_open.c \
 	transport/nic_ib_internal.h transport/verbs_seam.c transport/verbs_seam.h
-libferry_core_la_SOURCES += transport/thread_pause.c transport/thread_pause.h transport/cpu_relax.h
+libferry_core_la_SOURCES += transport/thread_pause.c transport/thread_pause.h transport/cpu_relax.h transport/copy.h

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "transport/clock.h"
+#include "transport/copy.h"
 #include "transport/log.h"
 #include "transport/rpc_internal.h"
 
@@ -294,7 +295,7 @@ void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info 
 			client_push_all(rpc, s); /* slots that waited for credits */
 			return;
 		}
-		memcpy(cs->resp->buf + (size_t)pi->pkt_num * s->dpp, data, len);
+		copy_bytes(cs->resp->buf + (size_t)pi->pkt_num * s->dpp, data, len);
 		if (cs->num_rx == cs->req_pkts + cs->resp_pkts - 1) {
 			client_complete(rpc, s, cs, 0, cs->resp);
 			client_pump_backlog(rpc, s);

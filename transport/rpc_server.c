@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "transport/copy.h"
 #include "transport/log.h"
 #include "transport/rpc_internal.h"
 
@@ -160,7 +161,7 @@ static void receive_in_order(struct rpc *rpc, struct session *s, struct server_s
 			return;
 		}
 	}
-	memcpy(ss->req->buf + (size_t)k * s->dpp, data, len);
+	copy_bytes(ss->req->buf + (size_t)k * s->dpp, data, len);
 	ss->rx_pkts++;
 	if (ss->rx_pkts == ss->req_pkts)
 		run_handler(rpc, s, ss, ss->req);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "compat/softib/softib_int.h"
+#include "transport/copy.h"
 #include "transport/mark.h"
 #include "transport/procinfo.h"
 #include "transport/sys.h"
@@ -696,7 +697,7 @@ void sib_wire_put(struct sib_context *c, struct sib_qp *src, struct sib_wire *w,
 	}
 	uint32_t off = 0;
 	for (int i = 0; i < num_sge; i++) {
-		memcpy(dst + off, (const void *)(uintptr_t)sge[i].addr, sge[i].length);
+		copy_bytes(dst + off, (const void *)(uintptr_t)sge[i].addr, sge[i].length);
 		off += sge[i].length;
 	}
 	/* Publishing is the last store, so a sender dying above leaves nothing. */

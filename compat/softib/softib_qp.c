@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "compat/softib/softib_int.h"
+#include "transport/copy.h"
 
 static bool sib_state_receives(enum ibv_qp_state s)
 {
@@ -409,7 +410,7 @@ static enum ibv_wc_status sib_scatter(struct sib_qp *qp, const struct sib_rwqe *
 				memcpy(dst + k, grh + pos, n);
 			} else {
 				n = take - k;
-				memcpy(dst + k, s->data + (pos - SIB_GRH), n);
+				copy_bytes(dst + k, s->data + (pos - SIB_GRH), n);
 			}
 			k += n;
 		}

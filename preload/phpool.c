@@ -66,18 +66,12 @@ static int pp_limit_read(void)
 }
 
 /*
- * A new hidden descriptor goes up to half the limit or above, so it never
- * takes a number the kernel would give the application next (the lowest
- * free): the application's numbers stay what they would be without ferry.
- * The floor is capped, as the kernel's table grows to the highest number
- * in use. Where nothing is free up there, the number stays as it is.
- */
-static int pp_floor(int limit)
-{
-	return sys_fd_floor_of(limit);
-}
-
-/*
+ * A new hidden descriptor goes up to the floor (sys_fd_floor_of: half the
+ * limit, capped) or above, so it never takes a number the kernel would give
+ * the application next (the lowest free): the application's numbers stay
+ * what they would be without ferry. Where nothing is free up there, the
+ * number stays as it is.
+ *
  * Where the application's numbers come close to the hidden ones: from
  * there, every hidden descriptor would push one of its numbers past where
  * the kernel alone would have put it, and a server that sizes its tables
@@ -86,7 +80,7 @@ static int pp_floor(int limit)
  */
 static int pp_short_from(int limit)
 {
-	int floor = pp_floor(limit);
+	int floor = sys_fd_floor_of(limit);
 	return floor - floor / 8;
 }
 
@@ -135,15 +129,15 @@ static int pp_hide(int fd)
 {
 	const struct sys_fns *c = sys();
 	int saved = errno;
-	int floor = pp_floor(pp_limit_now());
+	int floor = sys_fd_floor_of(pp_limit_now());
 	bool fresh = false;
 	if (fd >= floor) {
-		floor = pp_floor(pp_limit_read());
+		floor = sys_fd_floor_of(pp_limit_read());
 		fresh = true;
 	}
 	int high = fd >= floor ? fd : c->fcntl(fd, F_DUPFD_CLOEXEC, floor);
 	if (high < 0 && !fresh) {
-		floor = pp_floor(pp_limit_read());
+		floor = sys_fd_floor_of(pp_limit_read());
 		high = fd >= floor ? fd : c->fcntl(fd, F_DUPFD_CLOEXEC, floor);
 	}
 	errno = saved;
@@ -166,7 +160,7 @@ void phpool_grow_table(void)
 	const struct sys_fns *c = sys();
 	int saved = errno;
 	int any = eventfd(0, EFD_CLOEXEC); /* 0, 1 and 2 may be closed (a daemon) */
-	int fd = any < 0 ? -1 : c->fcntl(any, F_DUPFD_CLOEXEC, pp_floor(pp_limit_read()));
+	int fd = any < 0 ? -1 : c->fcntl(any, F_DUPFD_CLOEXEC, sys_fd_floor_of(pp_limit_read()));
 	if (fd >= 0)
 		c->close(fd);
 	if (any >= 0)

@@ -185,7 +185,7 @@ static bool thread_named(const char *name)
 
 /* ferry's threads name themselves as they start (prctl): naming one from
  * its creator opens /proc/self/task/TID/comm, and with those dentries, reaping
- * a process cost its parent about 0.3 ms more (d_walk under wait4's
+ * a process cost its parent about 0.4 ms more (d_walk under wait4's
  * shrink_dcache_parent: postgres's postmaster, pgbench -S -C). So the
  * name may come a moment after ferry is on. */
 static bool thread_named_soon(const char *name)

@@ -9,13 +9,11 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -651,10 +649,9 @@ static int nic_udp_peer_fds; /* atomic */
  * returns -1 if it cannot go there or the share is used up. */
 static int nic_udp_hide_fd(int fd)
 {
-	struct rlimit rl;
 	int high = -1;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 256) {
-		int lim = rl.rlim_cur > INT_MAX ? INT_MAX : (int)rl.rlim_cur;
+	int lim = sys_fd_limit();
+	if (lim >= 0) {
 		int floor = sys_fd_floor_of(lim);
 		int share = lim / NIC_UDP_PEER_FD_SHARE;
 		if (__atomic_add_fetch(&nic_udp_peer_fds, 1, __ATOMIC_RELAXED) <= share)

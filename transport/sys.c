@@ -187,12 +187,18 @@ int sys_fd_floor_of(int limit)
 	return limit / 2 < SYS_FD_FLOOR_MAX ? limit / 2 : SYS_FD_FLOOR_MAX;
 }
 
-int sys_fd_floor(void)
+int sys_fd_limit(void)
 {
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < 256)
 		return -1;
-	return sys_fd_floor_of(rl.rlim_cur > INT_MAX ? INT_MAX : (int)rl.rlim_cur);
+	return rl.rlim_cur > INT_MAX ? INT_MAX : (int)rl.rlim_cur;
+}
+
+int sys_fd_floor(void)
+{
+	int limit = sys_fd_limit();
+	return limit < 0 ? -1 : sys_fd_floor_of(limit);
 }
 
 int sys_fd_hide(int fd)

@@ -122,6 +122,9 @@ static inline const struct sys_fns *sys(void)
 int sys_fd_floor(void);
 /* The floor for an open-file limit of limit. */
 int sys_fd_floor_of(int limit);
+/* RLIMIT_NOFILE's soft limit (INT_MAX for more), or -1 when it cannot be
+ * read or is too small to spare descriptors (under 256). */
+int sys_fd_limit(void);
 /* Moves fd up to the floor (close-on-exec) and returns the new number, or
  * fd itself when it cannot move. */
 int sys_fd_hide(int fd);

@@ -317,11 +317,28 @@ void passfd_each(const struct msghdr *msg, void (*fn)(int fd, void *arg), void *
 	}
 }
 
+/* The kernel just gave fd to this process, so whatever ferry's table says
+ * the number is was closed without ferry's seeing it (a close by a raw
+ * system call instruction): forgotten, as close would have. */
+static void pf_forget_stale(int fd)
+{
+	if (!fdtable_maybe(&fdtab, fd))
+		return;
+	struct ffile *stale = fdtable_remove(&fdtab, fd);
+	if (!stale)
+		return;
+	log_debug("fd %d arrived (SCM_RIGHTS) at a number ferry still held: that descriptor was "
+		  "closed without close(), and is forgotten",
+		  fd);
+	ffile_put(&fdtab, stale);
+}
+
 static void pf_received(int fd, void *arg)
 {
 	(void)arg;
 	struct inherit_desc d;
-	if (fdtable_maybe(&fdtab, fd) || pf_join_own(fd) || !pf_ask(fd, &d))
+	pf_forget_stale(fd);
+	if (pf_join_own(fd) || !pf_ask(fd, &d))
 		return;
 	/* A ferry socket: this process needs a ferry of its own. */
 	if (!ferry_up()) {

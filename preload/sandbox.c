@@ -13,7 +13,6 @@
 #include "autoconfig.h"
 
 #include <errno.h>
-#include <linux/seccomp.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -29,6 +28,7 @@
 #include "preload/ferry.h"
 #include "preload/handover.h"
 #include "preload/reentry.h"
+#include "preload/sandbox.h"
 #include "preload/sock.h"
 #include "transport/log.h"
 #include "transport/sys.h"
@@ -113,7 +113,7 @@ static void sandbox_enter(void)
 	__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
 }
 
-static void sandbox_enter_once(void)
+void sandbox_enter_once(void)
 {
 	if (ferry_internal())
 		return;
@@ -173,69 +173,3 @@ FERRY_EXPORT int prctl(int option, ...)
 		sandbox_enter_once();
 	return (int)syscall(SYS_prctl, option, a2, a3, a4, a5);
 }
-
-#if defined(__x86_64__) || defined(__aarch64__)
-/*
- * syscall(3) is how libseccomp loads a filter (SYS_seccomp), so it is
- * watched as prctl is. It passes on as the raw system call it is, not
- * through libc's syscall(): ferry's own raw calls (sys.c) come here too,
- * some while dlsym runs, when nothing could be resolved, and a sanitizer's
- * runtime sets limits here before its shadow memory exists: not
- * instrumented.
- */
-#define SANDBOX_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
-
-SANDBOX_UNINSTRUMENTED
-static long sandbox_raw_syscall(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
-{
-	long ret;
-#if defined(__x86_64__)
-	register long r10 __asm__("r10") = a4;
-	register long r8 __asm__("r8") = a5;
-	register long r9 __asm__("r9") = a6;
-	__asm__ volatile("syscall"
-			 : "=a"(ret)
-			 : "a"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
-			 : "rcx", "r11", "memory");
-#else
-	register long x8 __asm__("x8") = nr;
-	register long x0 __asm__("x0") = a1;
-	register long x1 __asm__("x1") = a2;
-	register long x2 __asm__("x2") = a3;
-	register long x3 __asm__("x3") = a4;
-	register long x4 __asm__("x4") = a5;
-	register long x5 __asm__("x5") = a6;
-	__asm__ volatile("svc 0"
-			 : "+r"(x0)
-			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
-			 : "memory", "cc");
-	ret = x0;
-#endif
-	if (ret < 0 && ret > -4096) {
-		errno = (int)-ret;
-		return -1;
-	}
-	return ret;
-}
-
-SANDBOX_UNINSTRUMENTED
-static bool sandbox_confines(long nr, long a1)
-{
-	return (nr == SYS_seccomp && (a1 == SECCOMP_SET_MODE_STRICT || a1 == SECCOMP_SET_MODE_FILTER)) ||
-	       (nr == SYS_prctl && a1 == PR_SET_SECCOMP);
-}
-
-SANDBOX_UNINSTRUMENTED
-FERRY_EXPORT long syscall(long nr, ...)
-{
-	va_list ap;
-	va_start(ap, nr);
-	/* As libc's: six arguments, whether or not the caller passed them. */
-	long a1 = va_arg(ap, long), a2 = va_arg(ap, long), a3 = va_arg(ap, long),
-	     a4 = va_arg(ap, long), a5 = va_arg(ap, long), a6 = va_arg(ap, long);
-	va_end(ap);
-	if (sandbox_confines(nr, a1))
-		sandbox_enter_once();
-	return sandbox_raw_syscall(nr, a1, a2, a3, a4, a5, a6);
-}
-#endif

@@ -1,5 +1,5 @@
 /* Socket calls: creation, the socket's life (its pooled placeholder, the
- * kernel taking it over), shutdown, close and addresses. connect is in
+ * kernel taking it over), shutdown and addresses (close in close.c). connect is in
  * sock_connect.c, bind, listen and accept in sock_listen.c, options in
  * sockopt.c, descriptor flags and duplicates in fcntl.c. */
 #include "autoconfig.h"
@@ -508,58 +508,6 @@ FERRY_EXPORT int shutdown(int fd, int how)
 	}
 	return sock_done(f, rc);
 }
-
-FERRY_EXPORT int close(int fd)
-{
-	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
-		return sys()->close(fd);
-	/* Out of the table first: once the kernel frees the number another
-	 * thread may get it for something else (and a connect swapping this
-	 * number onto another placeholder, sock_local, sees it gone). */
-	struct ffile *f = fdtable_remove(&fdtab, fd);
-	int rc = sys()->close(fd);
-	int saved = errno;
-	if (f)
-		ffile_put(&fdtab, f);
-	errno = saved;
-	return rc;
-}
-
-#ifdef HAVE_CLOSE_RANGE
-FERRY_EXPORT int close_range(unsigned first, unsigned last, int flags)
-{
-	const struct sys_fns *c = sys();
-	if (!c->close_range) {
-		errno = ENOSYS;
-		return -1;
-	}
-	if (ferry_internal() || (flags & CLOSE_RANGE_CLOEXEC) || first > last)
-		return c->close_range(first, last, flags);
-	size_t end = last < fdtab.size ? last + 1 : fdtab.size;
-	struct ffile *batch[64];
-	unsigned n = 0;
-	int rc = 0, saved = 0;
-	for (size_t fd = first; fd < end; fd++) {
-		if (!fdtable_maybe(&fdtab, (int)fd))
-			continue;
-		struct ffile *f = fdtable_remove(&fdtab, (int)fd);
-		if (!f)
-			continue;
-		if (n == 64) {
-			for (unsigned i = 0; i < n; i++)
-				ffile_put(&fdtab, batch[i]);
-			n = 0;
-		}
-		batch[n++] = f;
-	}
-	rc = c->close_range(first, last, flags);
-	saved = errno;
-	for (unsigned i = 0; i < n; i++)
-		ffile_put(&fdtab, batch[i]);
-	errno = saved;
-	return rc;
-}
-#endif
 
 FERRY_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *alen)
 {

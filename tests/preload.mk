@@ -24,9 +24,9 @@ FERRY_INTEGRATION_TESTS = tests/integration/ferry_run.sh tests/integration/redis
 	tests/integration/process.sh tests/integration/nginx.sh tests/integration/postgres.sh \
 	tests/integration/nginx_reload.sh tests/integration/fault.sh tests/integration/stat.sh \
 	tests/integration/ports.sh tests/integration/reply_first.sh tests/integration/sshd.sh \
-	tests/integration/xinetd.sh
+	tests/integration/xinetd.sh tests/integration/node.sh
 TESTS += $(FERRY_INTEGRATION_TESTS)
-EXTRA_DIST += $(FERRY_INTEGRATION_TESTS)
+EXTRA_DIST += $(FERRY_INTEGRATION_TESTS) tests/integration/node_servers.js
 # The same tests over other datapaths: make check-transport FERRY_TEST_TRANSPORT='udp softib'
 check-transport:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='tests/sockets/check.sh $(FERRY_INTEGRATION_TESTS)' \
@@ -93,6 +93,13 @@ tests_test_preload_sharing_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_sharing_LDADD = $(TEST_LDADD)
 tests_test_preload_sharing_LDFLAGS = $(WHOLE_LIBFERRY_PRELOAD)
 EXTRA_tests_test_preload_sharing_DEPENDENCIES = libferry_preload.la
+check_PROGRAMS += tests/test_preload_close
+TESTS += tests/test_preload_close
+tests_test_preload_close_SOURCES = tests/test_preload_close.c $(PRELOAD_TEST_SOURCES)
+tests_test_preload_close_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_close_LDADD = $(TEST_LDADD)
+tests_test_preload_close_LDFLAGS = $(WHOLE_LIBFERRY_PRELOAD)
+EXTRA_tests_test_preload_close_DEPENDENCIES = libferry_preload.la
 check_PROGRAMS += tests/test_preload_epoll_handover
 TESTS += tests/test_preload_epoll_handover
 tests_test_preload_epoll_handover_SOURCES = tests/test_preload_epoll_handover.c $(PRELOAD_TEST_SOURCES)

@@ -1,6 +1,7 @@
 /* Helpers for tests that run the interposer in their own process (their
  * socket calls are ferry's): the udp datapath, a loopback listener, counts
- * of descriptors and threads, and a socket's kernel identity. */
+ * of descriptors and threads, a socket's kernel identity, and descriptors
+ * passed over a unix socket. */
 #ifndef FERRY_TEST_PRELOAD_PROC_UTIL_H
 #define FERRY_TEST_PRELOAD_PROC_UTIL_H
 
@@ -57,6 +58,37 @@ static inline ino_t sock_ino(int fd)
 	struct stat st;
 	cr_assert_eq(fstat(fd, &st), 0);
 	return st.st_ino;
+}
+
+/* Sends fd over the unix socket via with one byte (SCM_RIGHTS). */
+static inline void pass_fd(int via, int fd)
+{
+	char byte = 0, ctl[CMSG_SPACE(sizeof(int))];
+	memset(ctl, 0, sizeof(ctl));
+	struct iovec io = {.iov_base = &byte, .iov_len = 1};
+	struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl,
+			   .msg_controllen = sizeof(ctl)};
+	struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+	h->cmsg_level = SOL_SOCKET;
+	h->cmsg_type = SCM_RIGHTS;
+	h->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(h), &fd, sizeof(fd));
+	cr_assert_eq(sendmsg(via, &m, 0), 1, "sendmsg: %s", strerror(errno));
+}
+
+/* The descriptor one such message brought. */
+static inline int recv_fd(int via)
+{
+	char byte, ctl[CMSG_SPACE(sizeof(int))];
+	struct iovec io = {.iov_base = &byte, .iov_len = 1};
+	struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl,
+			   .msg_controllen = sizeof(ctl)};
+	cr_assert_eq(recvmsg(via, &m, 0), 1, "recvmsg: %s", strerror(errno));
+	struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+	cr_assert(h && h->cmsg_type == SCM_RIGHTS);
+	int fd;
+	memcpy(&fd, CMSG_DATA(h), sizeof(fd));
+	return fd;
 }
 
 #endif

@@ -49,21 +49,6 @@ static void assert_never_again(ino_t shared)
 	}
 }
 
-static void pass_fd(int via, int fd)
-{
-	char byte = 0, ctl[CMSG_SPACE(sizeof(int))];
-	memset(ctl, 0, sizeof(ctl));
-	struct iovec io = {.iov_base = &byte, .iov_len = 1};
-	struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl,
-			   .msg_controllen = sizeof(ctl)};
-	struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-	h->cmsg_level = SOL_SOCKET;
-	h->cmsg_type = SCM_RIGHTS;
-	h->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(h), &fd, sizeof(fd));
-	cr_assert_eq(sendmsg(via, &m, 0), 1, "sendmsg: %s", strerror(errno));
-}
-
 Test(sharing, a_socket_passed_with_scm_rights_is_never_reused, .timeout = 30)
 {
 	env_udp();
@@ -78,20 +63,6 @@ Test(sharing, a_socket_passed_with_scm_rights_is_never_reused, .timeout = 30)
 	assert_never_again(passed);
 	close(sv[0]);
 	close(sv[1]);
-}
-
-static int recv_fd(int via)
-{
-	char byte, ctl[CMSG_SPACE(sizeof(int))];
-	struct iovec io = {.iov_base = &byte, .iov_len = 1};
-	struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl,
-			   .msg_controllen = sizeof(ctl)};
-	cr_assert_eq(recvmsg(via, &m, 0), 1, "recvmsg: %s", strerror(errno));
-	struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-	cr_assert(h && h->cmsg_type == SCM_RIGHTS);
-	int fd;
-	memcpy(&fd, CMSG_DATA(h), sizeof(fd));
-	return fd;
 }
 
 /* Whether a ferry process describes the socket with this inode (passfd.h). */

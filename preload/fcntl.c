@@ -11,6 +11,7 @@
 #include "preload/ferry.h"
 #include "preload/reentry.h"
 #include "preload/sock_internal.h"
+#include "preload/stdfile.h"
 #include "transport/log.h"
 #include "transport/sys.h"
 
@@ -61,6 +62,8 @@ static int dup_guarded(struct ffile *f, const struct dup_call *d)
 	pthread_mutex_unlock(&sock_ph_lock);
 	if (stale)
 		ffile_put(&fdtab, stale);
+	if (rc >= 0 && f && newfd <= 2)
+		stdfile_take_std(newfd);
 	errno = saved;
 	return rc;
 }

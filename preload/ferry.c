@@ -20,6 +20,7 @@
 #include "preload/reentry.h"
 #include "preload/relay.h"
 #include "preload/statmap.h"
+#include "preload/stdfile.h"
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/clock.h"
@@ -194,6 +195,7 @@ void ferry_exit_drain(void)
 
 static void ferry_atexit(void)
 {
+	stdfile_flush();
 	ferry_exit_drain();
 }
 

@@ -43,6 +43,7 @@
 #include "preload/inherit.h"
 #include "preload/reentry.h"
 #include "preload/sock.h"
+#include "preload/stdfile.h"
 #include "preload/sockaddr.h"
 #include "preload/stream.h"
 #include "transport/sys.h"
@@ -601,6 +602,8 @@ __attribute__((constructor)) static void inherit_constructor(void)
 			inherit_list(copy);
 		free(copy);
 		inherit_activation();
+		for (int fd = 0; fd <= 2; fd++)
+			stdfile_take_std(fd);
 	}
 	unsetenv(INHERIT_VAR); /* for this image only; its own exec writes it anew */
 }

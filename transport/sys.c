@@ -117,6 +117,7 @@ static const struct sys_fns sys_plain = {
 	.execve = execve,
 	.execvpe = execvpe,
 	.popen = popen,
+	.fdopen = fdopen,
 	.prctl = prctl,
 	.syscall = syscall,
 };
@@ -144,7 +145,7 @@ static const struct sys_name {
 	SYS_NAME(dup3),		 SYS_NAME(fork),	 SYS_NAME(daemon),
 	SYS_NAME(posix_spawn),	 SYS_NAME(posix_spawnp), SYS_NAME(system),
 	SYS_NAME(execve),	 SYS_NAME(execvpe),	 SYS_NAME(popen),
-	SYS_NAME(prctl),	 SYS_NAME(syscall),
+	SYS_NAME(fdopen),	 SYS_NAME(prctl),	 SYS_NAME(syscall),
 };
 /* A member added to struct sys_fns but not here would stay unresolved. */
 _Static_assert(sizeof(sys_names) / sizeof(sys_names[0]) * sizeof(void (*)(void)) ==

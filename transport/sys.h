@@ -82,6 +82,7 @@ struct sys_fns {
 	int (*execve)(const char *, char *const[], char *const[]);
 	int (*execvpe)(const char *, char *const[], char *const[]);
 	FILE *(*popen)(const char *, const char *);
+	FILE *(*fdopen)(int, const char *);
 	int (*prctl)(int, ...);
 	long (*syscall)(long, ...);
 };

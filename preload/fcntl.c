@@ -7,6 +7,7 @@
 #include <stdarg.h>
 
 #include "preload/export.h"
+#include "preload/fasync.h"
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/reentry.h"
@@ -68,6 +69,24 @@ static int dup_guarded(struct ffile *f, const struct dup_call *d)
 	return rc;
 }
 
+/* O_ASYNC's owner and signal, as the placeholder took them (fasync.h). */
+static void fcntl_owner(struct ffile *f, int cmd, long arg)
+{
+	struct ffile_owner o;
+	fasync_owner_get(f, &o);
+	if (cmd == F_SETSIG) {
+		o.sig = (int)arg;
+	} else if (cmd == F_SETOWN) {
+		o.type = arg < 0 ? F_OWNER_PGRP : F_OWNER_PID;
+		o.pid = (pid_t)(arg < 0 ? -arg : arg);
+	} else {
+		const struct f_owner_ex *ex = (const struct f_owner_ex *)arg;
+		o.type = ex->type;
+		o.pid = ex->pid;
+	}
+	fasync_owner_set(f, &o);
+}
+
 static int fcntl_impl(int fd, int cmd, long arg)
 {
 	const struct sys_fns *c = sys();
@@ -95,6 +114,8 @@ static int fcntl_impl(int fd, int cmd, long arg)
 	case F_SETFL:
 		if (f->kind == FFILE_SOCK) {
 			int keep = O_APPEND | O_ASYNC | O_DIRECT | O_NOATIME | O_NONBLOCK;
+			if (arg & O_ASYNC)
+				fasync_set(f, fd, true); /* the number, for si_fd */
 			__atomic_store_n(&f->status, O_RDWR | ((int)arg & keep), __ATOMIC_RELAXED);
 			/* A stream's placeholder is never used by the kernel; others
 			 * (a socket that may still fall back, a listener) keep the
@@ -131,6 +152,14 @@ static int fcntl_impl(int fd, int cmd, long arg)
 	case F_GETLK:
 	case F_OFD_GETLK:
 		rc = c->fcntl(fd, cmd, arg);
+		break;
+	case F_SETOWN:
+	case F_SETOWN_EX:
+	case F_SETSIG:
+		sock_kernel_own(f, fd); /* state in the kernel's file, as below */
+		rc = c->fcntl(fd, cmd, arg);
+		if (rc == 0)
+			fcntl_owner(f, cmd, arg);
 		break;
 	default:
 		/* Whatever else sets up state in the kernel's file. */

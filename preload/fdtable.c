@@ -4,12 +4,14 @@
 #include "preload/fdtable.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "preload/epoll.h"
+#include "preload/fasync.h"
 #include "preload/wait.h"
 
 struct fdtable fdtab = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -78,6 +80,7 @@ struct ffile *ffile_new(struct fdtable *t, enum ffile_kind kind)
 	f->gone = false;
 	f->epitems = NULL;
 	f->waiters = NULL;
+	f->owner = (struct ffile_owner){.type = F_OWNER_PID, .fd = -1};
 	f->priv = NULL;
 	f->release = NULL;
 	f->fds = f->fd_inline;
@@ -239,6 +242,8 @@ unsigned ffile_fds(struct fdtable *t, struct ffile *f, int *out, unsigned max)
 void ffile_notify(struct ffile *f, uint32_t mask, uint32_t events)
 {
 	__atomic_store_n(&f->mask, mask, __ATOMIC_RELEASE);
+	if (events && (__atomic_load_n(&f->status, __ATOMIC_RELAXED) & O_ASYNC))
+		fasync_signal(f, events);
 	/* Less ready: waiters and epoll harvests read the mask itself; only an
 	 * instance watched from outside holds a readiness (its fd) to take back. */
 	if (!events && !epoll_watched_any())

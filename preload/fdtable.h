@@ -39,6 +39,15 @@ struct ffile {
 	pthread_mutex_t wlock; /* guards epitems and waiters */
 	struct epitem *epitems;
 	struct wait_node *waiters;
+	/* O_ASYNC's signal: the owner F_SETOWN or F_SETOWN_EX named (pid 0:
+	 * none), F_SETSIG's signal (0: SIGIO) and the number O_ASYNC was set
+	 * through (si_fd); under wlock (fasync.h). */
+	struct ffile_owner {
+		int type; /* F_OWNER_TID, F_OWNER_PID or F_OWNER_PGRP */
+		pid_t pid;
+		int sig;
+		int fd;
+	} owner;
 	void *priv;                         /* the kind's object */
 	void (*release)(struct ffile *f);   /* last reference gone: drop priv */
 	/* Descriptor numbers in the table pointing here (table lock). */

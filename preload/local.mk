@@ -34,6 +34,7 @@ libferry_preload_la_SOURCES += preload/handover.c preload/handover.h
 libferry_preload_la_SOURCES += preload/relay.c preload/relay.h preload/sandbox.c preload/sandbox.h
 libferry_preload_la_SOURCES += preload/syscall.c preload/close.c preload/close.h
 libferry_preload_la_SOURCES += preload/stdfile.c preload/stdfile.h
+libferry_preload_la_SOURCES += preload/fasync.c preload/fasync.h
 libferry_preload_la_SOURCES += preload/scm.c preload/scm.h
 libferry_preload_la_SOURCES += preload/inherit.c preload/inherit.h preload/passfd.c preload/passfd.h
 libferry_preload_la_SOURCES += preload/stream_end.c preload/stream_timeout.c

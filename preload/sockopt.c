@@ -15,6 +15,7 @@
 #include <sys/ioctl.h>
 
 #include "preload/export.h"
+#include "preload/fasync.h"
 #include "preload/fdtable.h"
 #include "preload/ferry.h"
 #include "preload/sock_internal.h"
@@ -273,6 +274,8 @@ FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
 		}
 		goto kernel;
 	}
+	if (req == FIOASYNC && arg) /* and the kernel's file too, below */
+		fasync_set(f, fd, *(int *)arg != 0);
 	if (req == FIOCLEX || req == FIONCLEX) {
 		sk->cloexec_unknown = true;
 		goto kernel;

@@ -39,7 +39,8 @@ enum { ROLE_DEADLINE_MS = 30000, SYNC_DEADLINE_MS = 20000 };
 static const struct scenario *const *tables(void)
 {
 	static const struct scenario *const all[] = {scen_stream, scen_flow, scen_options, scen_ready, scen_misc,
-						      scen_fortify, scen_handover, scen_liveness, scen_bind, NULL};
+						      scen_fortify, scen_handover, scen_liveness, scen_bind,
+						      scen_signals, NULL};
 	return all;
 }
 

@@ -15,31 +15,31 @@
 #include "preload/reentry.h"
 #include "transport/sys.h"
 
-static int stdio_fd(void *cookie)
+static int stdfile_fd(void *cookie)
 {
 	return (int)(intptr_t)cookie;
 }
 
-static ssize_t stdio_read(void *cookie, char *buf, size_t len)
+static ssize_t stdfile_read(void *cookie, char *buf, size_t len)
 {
-	return read(stdio_fd(cookie), buf, len);
+	return read(stdfile_fd(cookie), buf, len);
 }
 
 /* glibc counts a short write of a cookie as an error: all of it, then, as
  * its own file write loops. */
-static ssize_t stdio_write(void *cookie, const char *buf, size_t len)
+static ssize_t stdfile_write(void *cookie, const char *buf, size_t len)
 {
 	size_t done = 0;
 	while (done < len) {
-		ssize_t n = write(stdio_fd(cookie), buf + done, len - done);
-		if (n < 0)
+		ssize_t n = write(stdfile_fd(cookie), buf + done, len - done);
+		if (n <= 0) /* 0 for a non-empty write is no progress: stop */
 			return done ? (ssize_t)done : -1;
 		done += (size_t)n;
 	}
 	return (ssize_t)done;
 }
 
-static int stdio_seek(void *cookie, off64_t *off, int whence)
+static int stdfile_seek(void *cookie, off64_t *off, int whence)
 {
 	(void)cookie;
 	(void)off;
@@ -48,12 +48,12 @@ static int stdio_seek(void *cookie, off64_t *off, int whence)
 	return -1;
 }
 
-static int stdio_close(void *cookie)
+static int stdfile_close(void *cookie)
 {
-	return close(stdio_fd(cookie));
+	return close(stdfile_fd(cookie));
 }
 
-static bool stdio_is_ferry_socket(int fd)
+static bool stdfile_is_ferry_socket(int fd)
 {
 	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
 		return false;
@@ -71,7 +71,7 @@ static bool stdfile_made;
 static FILE *stdfile_open(int fd, const char *mode)
 {
 	cookie_io_functions_t io = {
-		.read = stdio_read, .write = stdio_write, .seek = stdio_seek, .close = stdio_close};
+		.read = stdfile_read, .write = stdfile_write, .seek = stdfile_seek, .close = stdfile_close};
 	FILE *f = fopencookie((void *)(intptr_t)fd, mode, io);
 	if (f) {
 		f->_fileno = fd;
@@ -82,7 +82,7 @@ static FILE *stdfile_open(int fd, const char *mode)
 
 FERRY_EXPORT FILE *fdopen(int fd, const char *mode)
 {
-	if (!stdio_is_ferry_socket(fd))
+	if (!stdfile_is_ferry_socket(fd))
 		return sys()->fdopen(fd, mode);
 	if (!mode || !strchr("rwa", mode[0])) {
 		errno = EINVAL;
@@ -98,7 +98,7 @@ static FILE *stdfile_std[3];
 
 void stdfile_take_std(int fd)
 {
-	if (fd < 0 || fd > 2 || !stdio_is_ferry_socket(fd))
+	if (fd < 0 || fd > 2 || !stdfile_is_ferry_socket(fd))
 		return;
 	FILE **std = fd == 0 ? &stdin : fd == 1 ? &stdout : &stderr;
 	FILE *old = *std;

@@ -12,7 +12,7 @@
 
 #include "preload/export.h"
 #include "preload/fdtable.h"
-#include "preload/reentry.h"
+#include "preload/sock.h"
 #include "transport/sys.h"
 
 static int stdfile_fd(void *cookie)
@@ -55,9 +55,7 @@ static int stdfile_close(void *cookie)
 
 static bool stdfile_is_ferry_socket(int fd)
 {
-	if (!fdtable_maybe(&fdtab, fd) || ferry_internal())
-		return false;
-	struct ffile *f = fdtable_get(&fdtab, fd);
+	struct ffile *f = sock_peek(fd);
 	bool yes = f && f->kind == FFILE_SOCK;
 	if (f)
 		ffile_put(&fdtab, f);

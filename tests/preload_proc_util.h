@@ -33,6 +33,18 @@ static inline int loopback_listener(struct sockaddr_in *a)
 	return lis;
 }
 
+/* A connection to lis (listening at *a): the connecting end in *c, the
+ * accepted one in *srv. */
+static inline void loopback_connection(int lis, const struct sockaddr_in *a, int *c, int *srv)
+{
+	*c = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_geq(*c, 0);
+	cr_assert_eq(connect(*c, (const struct sockaddr *)a, sizeof(*a)), 0, "connect: %s",
+		     strerror(errno));
+	*srv = accept(lis, NULL, NULL);
+	cr_assert_geq(*srv, 0, "accept: %s", strerror(errno));
+}
+
 /* Entries of a /proc directory (descriptors, threads), its own fd not
  * counted. */
 static inline int proc_entries(const char *dir)

@@ -28,12 +28,10 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
 	criterion_options.jobs = 1;
 }
 
+/* A connection to lis whose accepted end is ferry's. */
 static void connected_pair(int lis, const struct sockaddr_in *a, int *c, int *srv)
 {
-	*c = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert_eq(connect(*c, (const struct sockaddr *)a, sizeof(*a)), 0, "%s", strerror(errno));
-	*srv = accept(lis, NULL, NULL);
-	cr_assert_geq(*srv, 0);
+	loopback_connection(lis, a, c, srv);
 	struct ffile *f = fdtable_get(&fdtab, *srv);
 	cr_assert_not_null(f, "the accepted connection is not ferry's");
 	ffile_put(&fdtab, f);

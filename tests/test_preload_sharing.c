@@ -79,23 +79,15 @@ static bool described(ino_t ino)
 	return yes;
 }
 
-static void connected_pair(int *lis, int *c, int *srv)
-{
-	struct sockaddr_in a;
-	*lis = loopback_listener(&a);
-	*c = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert_eq(connect(*c, (struct sockaddr *)&a, sizeof(a)), 0, "%s", strerror(errno));
-	*srv = accept(*lis, NULL, NULL);
-	cr_assert_geq(*srv, 0);
-}
 
 /* A passed connection is described for the receiver; an unconnected socket,
  * which cannot follow as a ferry socket, is not. */
 Test(sharing, a_passed_connection_is_described_and_an_unconnected_socket_is_not, .timeout = 30)
 {
 	env_udp();
-	int lis, c, srv, sv[2];
-	connected_pair(&lis, &c, &srv);
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a), c, srv, sv[2];
+	loopback_connection(lis, &a, &c, &srv);
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
 	int blank = socket(AF_INET, SOCK_STREAM, 0);
 	cr_assert_not(described(sock_ino(c)), "described before it was passed");
@@ -117,8 +109,9 @@ Test(sharing, a_passed_connection_is_described_and_an_unconnected_socket_is_not,
 Test(sharing, a_connection_passed_to_this_process_is_another_number_of_it, .timeout = 30)
 {
 	env_udp();
-	int lis, c, srv, sv[2];
-	connected_pair(&lis, &c, &srv);
+	struct sockaddr_in at;
+	int lis = loopback_listener(&at), c, srv, sv[2];
+	loopback_connection(lis, &at, &c, &srv);
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
 	pass_fd(sv[0], srv);
 	int got = recv_fd(sv[1]);

@@ -30,18 +30,6 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set)
 	criterion_options.jobs = 1;
 }
 
-static void connected_pair(int *lis, int *c, int *srv)
-{
-	struct sockaddr_in a;
-	*lis = loopback_listener(&a);
-	*c = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert_eq(connect(*c, (struct sockaddr *)&a, sizeof(a)), 0, "%s", strerror(errno));
-	*srv = accept(*lis, NULL, NULL);
-	cr_assert_geq(*srv, 0);
-	struct ffile *f = fdtable_get(&fdtab, *srv);
-	cr_assert_not_null(f, "the accepted connection is not ferry's");
-	ffile_put(&fdtab, f);
-}
 
 /* Reads what the peer sends until it ends the stream (bounded: a hang is
  * the failure). */
@@ -64,8 +52,12 @@ static size_t read_to_end(int fd, char *buf, size_t cap)
 Test(stdfile, a_file_fdopen_makes_on_a_connection_reads_writes_and_closes_it, .timeout = 60)
 {
 	env_udp();
-	int lis, c, srv;
-	connected_pair(&lis, &c, &srv);
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a), c, srv;
+	loopback_connection(lis, &a, &c, &srv);
+	struct ffile *sf = fdtable_get(&fdtab, srv);
+	cr_assert_not_null(sf, "the accepted connection is not ferry's");
+	ffile_put(&fdtab, sf);
 	FILE *f = fdopen(srv, "r+");
 	cr_assert_not_null(f, "fdopen: %s", strerror(errno));
 	cr_assert_eq(fileno(f), srv, "fileno says %d, not the socket's %d", fileno(f), srv);

@@ -43,24 +43,43 @@ void fasync_set(struct ffile *f, int fd, bool on)
  * may claim a POLL_ code (the kernel's rule for rt_sigqueueinfo); other
  * sends go as SI_QUEUE, with the band and the number in place all the
  * same. */
+/* kill(2) for the owner: a process, a process group or a thread. */
+static void fasync_kill(const struct ffile_owner *o, int sig)
+{
+	if (o->type == F_OWNER_TID)
+		syscall(SYS_tgkill, getpid(), o->pid, sig);
+	else
+		kill(o->type == F_OWNER_PGRP ? -o->pid : o->pid, sig);
+}
+
+void fasync_urgent(struct ffile *f)
+{
+	struct ffile_owner o;
+	fasync_owner_get(f, &o);
+	if (o.pid > 0)
+		fasync_kill(&o, SIGURG);
+}
+
 void fasync_signal(struct ffile *f, uint32_t events)
 {
 	struct ffile_owner o;
 	fasync_owner_get(f, &o);
 	if (o.pid <= 0)
 		return;
+	/* sk_send_sigurg's own wake-up, before the bytes' */
+	if ((events & EPOLLPRI) && events != EPOLLPRI)
+		fasync_signal(f, EPOLLPRI);
 	if (o.sig == 0 || o.type == F_OWNER_PGRP) {
-		int sig = o.sig ? o.sig : SIGIO;
-		if (o.type == F_OWNER_TID)
-			syscall(SYS_tgkill, getpid(), o.pid, sig);
-		else
-			kill(o.type == F_OWNER_PGRP ? -o.pid : o.pid, sig);
+		fasync_kill(&o, o.sig ? o.sig : SIGIO);
 		return;
 	}
 	siginfo_t si;
 	memset(&si, 0, sizeof(si));
 	si.si_signo = o.sig;
-	if (events & (EPOLLIN | EPOLLRDHUP)) {
+	if (events == EPOLLPRI) {
+		si.si_code = POLL_PRI;
+		si.si_band = POLLPRI | POLLRDBAND;
+	} else if (events & (EPOLLIN | EPOLLRDHUP)) {
 		si.si_code = POLL_IN;
 		si.si_band = POLLIN | POLLRDNORM;
 	} else if (events & EPOLLOUT) {

@@ -21,7 +21,11 @@ void fasync_owner_get(struct ffile *f, struct ffile_owner *o);
 /* ioctl FIOASYNC: O_ASYNC on or off, through fd. */
 void fasync_set(struct ffile *f, int fd, bool on);
 
-/* f (set O_ASYNC) became ready for events (EPOLL* bits): signals its owner. */
+/* f (set O_ASYNC) became ready for events (EPOLL* bits): signals its owner;
+ * EPOLLPRI among them (urgent data) as a signal of its own. */
 void fasync_signal(struct ffile *f, uint32_t events);
+
+/* Urgent data came to f: SIGURG to its owner, if it has one. */
+void fasync_urgent(struct ffile *f);
 
 #endif

@@ -242,6 +242,10 @@ unsigned ffile_fds(struct fdtable *t, struct ffile *f, int *out, unsigned max)
 void ffile_notify(struct ffile *f, uint32_t mask, uint32_t events)
 {
 	__atomic_store_n(&f->mask, mask, __ATOMIC_RELEASE);
+	/* A new urgent mark (the only event that carries EPOLLPRI) signals the
+	 * owner with or without O_ASYNC, as sk_send_sigurg does. */
+	if (events & EPOLLPRI)
+		fasync_urgent(f);
 	if (events && (__atomic_load_n(&f->status, __ATOMIC_RELAXED) & O_ASYNC))
 		fasync_signal(f, events);
 	/* Less ready: waiters and epoll harvests read the mask itself; only an

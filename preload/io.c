@@ -121,7 +121,7 @@ static ssize_t io_step(struct stream *s, struct iov_cursor *cur, bool send, int 
 	if (s->relayed)
 		return -EAGAIN; /* a confined process's turn (stream.h) */
 	if (send)
-		return stream_send(ferry.rpc, s, cur->v, cur->n);
+		return stream_send_flags(ferry.rpc, s, cur->v, cur->n, flags);
 	return stream_recv(ferry.rpc, s, cur->v, cur->n, flags);
 }
 
@@ -149,17 +149,20 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 		cursor_free(&cur, base);
 		return -EAGAIN; /* another thread is in the middle of a send */
 	}
-	int sflags = flags & (MSG_PEEK | MSG_TRUNC);
+	int sflags = flags & (send ? MSG_OOB : MSG_PEEK | MSG_TRUNC);
 	/* A send returns once some went without blocking; a receive waits for
 	 * all only under MSG_WAITALL, and never to peek. */
 	bool all = send ? !nonblock : (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
 	struct stream *s = NULL;
 	ssize_t n;
+	bool at_mark = false;
 	uint32_t wait_for = send ? EPOLLOUT : EPOLLIN | EPOLLRDHUP;
 	for (;;) {
 		/* One turn of the lock finds the stream and moves the bytes. */
 		ferry_lock();
 		n = s ? 0 : io_stream_locked(sk, send ? EPIPE : ENOTCONN, &s);
+		if (n == 0 && !send)
+			s->urg_inline = sock_oobinline(sk);
 		if (n == 0 && want == 0 && !send) {
 			ferry_unlock();
 			break; /* as tcp_recvmsg: nothing asked, nothing waited for */
@@ -179,11 +182,13 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 					n = io_step(s, &cur, send, sflags);
 				}
 			}
+			/* As tcp_recvmsg: even MSG_WAITALL returns at the urgent mark. */
+			at_mark = !send && n > 0 && stream_at_mark(s);
 		}
 		ferry_unlock(); /* DATA leaves at this thread's next wait */
 		if (n > 0) {
 			done += (size_t)n;
-			if (!all || done >= want)
+			if (!all || done >= want || at_mark)
 				break;
 			cursor_advance(&cur, (size_t)n);
 			continue;
@@ -209,8 +214,27 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 	return n > 0 ? 0 : n;
 }
 
+/* recv with MSG_OOB: the urgent byte, at once or never (tcp_recv_urg). */
+static ssize_t ferry_recv_oob(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct fsock *sk = f->priv;
+	struct stream *s = NULL;
+	ferry_lock();
+	ssize_t n = io_stream_locked(sk, ENOTCONN, &s);
+	if (n == 0) {
+		s->urg_inline = sock_oobinline(sk);
+		n = stream_recv_oob(s, iov, iovcnt, flags);
+	} else if (n == IO_OPENING) {
+		n = -EINVAL; /* a connect under way has no urgent byte */
+	}
+	ferry_unlock();
+	return n;
+}
+
 static ssize_t ferry_recvv(struct ffile *f, const struct iovec *iov, int iovcnt, int flags)
 {
+	if (flags & MSG_OOB)
+		return ferry_recv_oob(f, iov, iovcnt, flags);
 	return ferry_transfer(f, iov, iovcnt, flags, false);
 }
 
@@ -313,7 +337,10 @@ FERRY_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	msg->msg_namelen = 0;
 	msg->msg_controllen = 0;
 	msg->msg_flags = 0;
-	return io_recv(f, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
+	ssize_t r = io_recv(f, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
+	if (r >= 0 && (flags & MSG_OOB))
+		msg->msg_flags = r == 0 ? MSG_OOB | MSG_TRUNC : MSG_OOB; /* as tcp_recv_urg */
+	return r;
 }
 
 FERRY_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)

@@ -242,10 +242,17 @@ int rxbuf_put(struct rxbuf *rb, uint64_t seq, const void *data, size_t len)
 	return 0;
 }
 
-size_t rxbuf_read(struct rxbuf *rb, const struct iovec *iov, int iovcnt, bool peek)
+size_t rxbuf_read_at(struct rxbuf *rb, size_t skip, size_t max, const struct iovec *iov,
+		     int iovcnt, bool peek)
 {
-	size_t avail = rxbuf_avail(rb), done = 0;
-	uint64_t seq = rb->head;
+	size_t avail = rxbuf_avail(rb);
+	if (skip > avail)
+		skip = avail;
+	avail -= skip;
+	if (avail > max)
+		avail = max;
+	size_t done = 0;
+	uint64_t seq = rb->head + skip;
 	for (int i = 0; i < iovcnt && done < avail; i++) {
 		size_t n = iov[i].iov_len;
 		if (n > avail - done)
@@ -256,10 +263,22 @@ size_t rxbuf_read(struct rxbuf *rb, const struct iovec *iov, int iovcnt, bool pe
 		done += n;
 	}
 	if (!peek) {
-		rb->head += done;
+		rb->head += skip + done;
 		ring_release_if_empty(rb);
 	}
 	return done;
+}
+
+int rxbuf_byte_at(const struct rxbuf *rb, uint64_t seq)
+{
+	bool held = seq >= rb->head && seq < rb->tail;
+	for (unsigned i = 0; i < rb->nooo && !held; i++)
+		held = seq >= rb->ooo[i].lo && seq < rb->ooo[i].hi;
+	if (!held)
+		return -1;
+	uint8_t b;
+	ring_copy_out(rb, seq, &b, 1);
+	return b;
 }
 
 size_t rxbuf_skip(struct rxbuf *rb, size_t n)

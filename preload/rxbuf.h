@@ -73,9 +73,22 @@ static inline size_t rxbuf_avail(const struct rxbuf *rb)
 	return (size_t)(rb->tail - rb->head);
 }
 
+/* Copies up to the iovec's total, and at most max bytes, from skip bytes
+ * past head into it; consumes the skipped and copied bytes unless peek.
+ * Returns the bytes copied. */
+size_t rxbuf_read_at(struct rxbuf *rb, size_t skip, size_t max, const struct iovec *iov,
+		     int iovcnt, bool peek);
+
 /* Copies up to the iovec's total into it; consumes unless peek. Returns the
  * bytes copied. */
-size_t rxbuf_read(struct rxbuf *rb, const struct iovec *iov, int iovcnt, bool peek);
+static inline size_t rxbuf_read(struct rxbuf *rb, const struct iovec *iov, int iovcnt, bool peek)
+{
+	return rxbuf_read_at(rb, 0, SIZE_MAX, iov, iovcnt, peek);
+}
+
+/* The byte received at seq (in order or past a hole), or -1 when it is not
+ * held. */
+int rxbuf_byte_at(const struct rxbuf *rb, uint64_t seq);
 
 /* Consumes up to n bytes without copying them. */
 size_t rxbuf_skip(struct rxbuf *rb, size_t n);

@@ -30,6 +30,9 @@ enum fsock_state {
 	FSOCK_REMOTE,     /* a fork child's copy of a stream its parent runs (handover.h) */
 };
 
+/* Options kept in the fsock (sockopt.c's table). */
+#define SOCK_KEPT_OPTS 7
+
 struct fsock {
 	struct ffile *file;
 	int domain;
@@ -53,7 +56,7 @@ struct fsock {
 	 * placeholder (no system call per option): bit i of opt_set says
 	 * opt_val[i] holds sock_opt_table[i]'s value. */
 	uint8_t opt_set;
-	int opt_val[6];
+	int opt_val[SOCK_KEPT_OPTS];
 	/* Held across one whole send, waits included, so two threads' sends
 	 * never interleave inside a record (a small send is never torn). */
 	pthread_mutex_t send_lock;
@@ -150,6 +153,8 @@ void sock_redirects_run(void);
 /* The keepalive and user timeout sk's options ask for go to its stream
  * (sockopt.c); under the endpoint lock, sk->stream set. */
 void sock_apply_timeouts(struct fsock *sk);
+/* SO_OOBINLINE: urgent bytes stay in line (recv with MSG_OOB refused). */
+bool sock_oobinline(const struct fsock *sk);
 
 /* Raises SIGPIPE for an EPIPE, as the kernel does, unless suppressed. */
 void sock_sigpipe(int flags);

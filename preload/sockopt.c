@@ -1,5 +1,6 @@
 /* Socket options and ioctls: those a stream answers itself (TCP_INFO,
- * SO_ERROR, the options servers set on every connection, FIONREAD), the
+ * SO_ERROR, the options servers set on every connection, SO_OOBINLINE,
+ * FIONREAD, SIOCATMARK), the
  * rest on the placeholder, where the kernel keeps and answers them. */
 #include "autoconfig.h"
 
@@ -58,17 +59,26 @@ static int sock_tcp_info(struct fsock *sk, void *val, socklen_t *len)
  * they are noted here too: a stream takes them at connect, an accepted one
  * from its listener, as the kernel's sockets inherit them.
  */
-enum { OPT_NODELAY, OPT_KEEPALIVE, OPT_KEEPIDLE, OPT_KEEPINTVL, OPT_KEEPCNT, OPT_USER_TIMEOUT };
+enum {
+	OPT_NODELAY,
+	OPT_KEEPALIVE,
+	OPT_KEEPIDLE,
+	OPT_KEEPINTVL,
+	OPT_KEEPCNT,
+	OPT_USER_TIMEOUT,
+	OPT_OOBINLINE,
+};
 static const struct {
 	int level, name, lo, hi;
 	bool boolean;
-} sock_opt_table[6] = {
+} sock_opt_table[SOCK_KEPT_OPTS] = {
 	[OPT_NODELAY] = {IPPROTO_TCP, TCP_NODELAY, INT_MIN, INT_MAX, true},
 	[OPT_KEEPALIVE] = {SOL_SOCKET, SO_KEEPALIVE, INT_MIN, INT_MAX, true},
 	[OPT_KEEPIDLE] = {IPPROTO_TCP, TCP_KEEPIDLE, 1, 32767, false},
 	[OPT_KEEPINTVL] = {IPPROTO_TCP, TCP_KEEPINTVL, 1, 32767, false},
 	[OPT_KEEPCNT] = {IPPROTO_TCP, TCP_KEEPCNT, 1, 127, false},
 	[OPT_USER_TIMEOUT] = {IPPROTO_TCP, TCP_USER_TIMEOUT, 0, INT_MAX, false},
+	[OPT_OOBINLINE] = {SOL_SOCKET, SO_OOBINLINE, INT_MIN, INT_MAX, true},
 };
 
 /* The kernel's defaults for what a socket did not set (tcp(7)). */
@@ -111,9 +121,14 @@ void sock_apply_timeouts(struct fsock *sk)
 			    (uint64_t)sock_opt(sk, OPT_USER_TIMEOUT, 0) * 1000000ull);
 }
 
+bool sock_oobinline(const struct fsock *sk)
+{
+	return sock_opt(sk, OPT_OOBINLINE, 0) != 0;
+}
+
 static int sock_opt_index(int level, int name)
 {
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < SOCK_KEPT_OPTS; i++)
 		if (sock_opt_table[i].level == level && sock_opt_table[i].name == name)
 			return i;
 	return -1;
@@ -255,6 +270,14 @@ FERRY_EXPORT int setsockopt(int fd, int level, int name, const void *val, sockle
 	return sock_done(f, rc);
 }
 
+/* glibc's asks the kernel by an internal call, past ours: the placeholder
+ * would say "not at the mark" whatever the stream holds. */
+FERRY_EXPORT int sockatmark(int fd)
+{
+	int v;
+	return ioctl(fd, SIOCATMARK, &v) < 0 ? -1 : v;
+}
+
 FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
 {
 	va_list ap;
@@ -280,12 +303,17 @@ FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
 		sk->cloexec_unknown = true;
 		goto kernel;
 	}
-	if ((req == FIONREAD || req == SIOCOUTQ) && arg) {
+	if ((req == FIONREAD || req == SIOCOUTQ || req == SIOCATMARK) && arg) {
 		int v = -1;
 		ferry_lock();
-		if (sk->state == FSOCK_STREAM)
-			v = (int)(req == FIONREAD ? rxbuf_avail(&sk->stream->rx)
-						  : stream_tx_queued(sk->stream));
+		if (sk->state == FSOCK_STREAM) {
+			sk->stream->urg_inline = sock_oobinline(sk);
+			if (req == SIOCATMARK)
+				v = stream_at_mark(sk->stream);
+			else
+				v = (int)(req == FIONREAD ? stream_inq(sk->stream)
+							  : stream_tx_queued(sk->stream));
+		}
 		ferry_unlock();
 		if (v >= 0) {
 			*(int *)arg = v;

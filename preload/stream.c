@@ -225,8 +225,11 @@ uint32_t stream_mask(const struct stream *s)
 	if (s->relayed)
 		return 0;
 	uint32_t m = 0;
-	if (rxbuf_avail(&s->rx) || stream_eof(s))
+	/* As tcp_poll: the urgent byte alone, out of line, is not readable. */
+	if (rxbuf_avail(&s->rx) > (stream_urgent_hides_byte(s) ? 1u : 0u) || stream_eof(s))
 		m |= EPOLLIN;
+	if (s->urg == STREAM_URG_VALID)
+		m |= EPOLLPRI;
 	if (stream_eof(s))
 		m |= EPOLLRDHUP;
 	/* As tcp_poll: a shut write side polls writable (the write fails). */

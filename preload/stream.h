@@ -105,6 +105,18 @@ struct stream {
 	unsigned redirects;
 	struct stream *redirect_next;
 	uint64_t move_peer_tx;
+	/* The peer's latest urgent mark (MSG_OOB, stream_urgent.c): its byte,
+	 * at urg_seq. */
+	uint8_t urg;      /* enum stream_urg */
+	uint8_t urg_byte;
+	bool urg_inline;  /* SO_OOBINLINE, as the application's last receive had it */
+	uint64_t urg_seq;
+};
+
+enum stream_urg {
+	STREAM_URG_NONE,
+	STREAM_URG_VALID, /* recv with MSG_OOB takes the byte; POLLPRI */
+	STREAM_URG_READ,  /* taken out of band: the mark stays until read past */
 };
 
 /* How the stream layer tells the owner of a file (the fd layer) that its
@@ -128,8 +140,22 @@ void stream_relay_mark(struct stream *s, bool on);
 /* Bytes into iov: >0, 0 at end of stream, -EAGAIN, -ECONNRESET ... */
 ssize_t stream_recv(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt,
 		    int flags);
-/* Bytes from iov as far as the peer's window allows: >0, -EAGAIN, -EPIPE. */
-ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt);
+/* Bytes from iov as far as the peer's window allows: >0, -EAGAIN, -EPIPE.
+ * With MSG_OOB in flags, the last byte sent is urgent. */
+ssize_t stream_send_flags(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt,
+			  int flags);
+static inline ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov,
+				  int iovcnt)
+{
+	return stream_send_flags(rpc, s, iov, iovcnt, 0);
+}
+/* recv with MSG_OOB (MSG_PEEK, MSG_TRUNC): the urgent byte, 1 (0 for an
+ * empty iov), or -EINVAL when there is none to take; never waits. */
+ssize_t stream_recv_oob(struct stream *s, const struct iovec *iov, int iovcnt, int flags);
+/* SIOCATMARK: the next byte to read is the urgent mark. */
+bool stream_at_mark(const struct stream *s);
+/* FIONREAD: the bytes a read may return now (short of an urgent mark). */
+size_t stream_inq(const struct stream *s);
 int stream_shutdown(struct rpc *rpc, struct stream *s, int how);
 /* The application let go: FIN (or RESET with unread data); s is not the
  * caller's any more. */
@@ -225,6 +251,8 @@ struct stream_snap {
 	uint64_t cookie;
 	uint64_t rx_head, rx_tail, rx_advertised, rx_told, fin_seq;
 	uint64_t tx_seq, tx_acked, tx_delivered;
+	uint64_t urg_seq;
+	uint8_t urg, urg_byte;
 	struct sockaddr_storage local, peer, peer_mgmt;
 	socklen_t local_len, peer_len, peer_mgmt_len;
 };

@@ -91,6 +91,8 @@ static void stream_take_bytes(struct rpc *rpc, struct stream *s, const struct wi
 		return;
 	}
 	stream_owe(s, was_told);
+	if ((a->flags & ACK_URG) && len)
+		stream_urgent_arrived(s, a->seq + len - 1);
 	stream_notify(s, EPOLLIN);
 }
 
@@ -276,15 +278,16 @@ int stream_send_fin(struct rpc *rpc, struct stream *s)
 /* Sends the first bytes of a write inside the answer to the peer's held
  * DATA: one packet's worth, no more, since a longer answer costs the
  * peer a round trip per packet (RFRs) where DATA streams. Returns the
- * bytes sent. */
+ * bytes sent; when they are all of len and urgent, the last is marked. */
 static size_t stream_send_in_answer(struct rpc *rpc, struct stream *s, const struct iovec *iov,
-				    int iovcnt, size_t len)
+				    int iovcnt, size_t len, bool urgent)
 {
 	uint32_t room = rpc_max_pkt_data(rpc);
 	room = room > sizeof(struct wire_ack) ? room - (uint32_t)sizeof(struct wire_ack) : 0;
+	uint32_t flags = urgent && len <= room ? ACK_URG : 0;
 	if (len > room)
 		len = room;
-	if (len == 0 || !stream_answer_held(rpc, s, 0, iov, iovcnt, len))
+	if (len == 0 || !stream_answer_held(rpc, s, flags, iov, iovcnt, len))
 		return 0;
 	stream_timed_sent(s);
 	s->tx_seq += len;
@@ -305,8 +308,12 @@ static size_t stream_data_max(const struct rpc *rpc, const struct stream *s)
 	return whole > sizeof(struct wire_seg) ? whole - sizeof(struct wire_seg) : STREAM_DATA_MAX;
 }
 
-ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt)
+ssize_t stream_send_flags(struct rpc *rpc, struct stream *s, const struct iovec *iov, int iovcnt,
+			  int flags)
 {
+	/* As tcp_mark_urg: the urgent pointer follows the last byte this
+	 * call queues, however far the window let it go. */
+	bool urgent = flags & MSG_OOB;
 	if (s->state == STREAM_OPENING)
 		return -EAGAIN;
 	if (s->err)
@@ -323,7 +330,8 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 	size_t done = 0;
 	if (s->held) {
 		size_t space = stream_tx_space(s);
-		done = stream_send_in_answer(rpc, s, iov, iovcnt, total < space ? total : space);
+		done = stream_send_in_answer(rpc, s, iov, iovcnt, total < space ? total : space,
+					     urgent);
 	}
 	while (done < total) {
 		size_t chunk = stream_tx_space(s);
@@ -333,6 +341,7 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 			chunk = total - done;
 		if (chunk > STREAM_DATA_MAX)
 			chunk = stream_data_max(rpc, s);
+		bool last = done + chunk == total || chunk == stream_tx_space(s);
 		struct stream_tx *tx =
 			stream_tx_new(rpc, s, (uint32_t)(sizeof(struct wire_seg) + chunk));
 		if (!tx) {
@@ -341,7 +350,8 @@ ssize_t stream_send(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 			break; /* memory comes back as requests complete */
 		}
 		struct wire_seg *w = (void *)tx->m->buf;
-		*w = (struct wire_seg){.sid = s->peer_sid, .value = s->tx_seq};
+		*w = (struct wire_seg){.sid = s->peer_sid, .flags = urgent && last ? SEG_URG : 0,
+				       .value = s->tx_seq};
 		stream_tell(s, &w->consumed, &w->received);
 		iov_copy_from(tx->m->buf + sizeof(*w), iov, iovcnt, done, chunk);
 		tx->len = (uint32_t)chunk;
@@ -370,25 +380,36 @@ ssize_t stream_recv(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 {
 	if (s->state == STREAM_OPENING)
 		return -EAGAIN;
+	bool peek = flags & MSG_PEEK;
+	uint8_t urg = s->urg;
+	uint64_t head = s->rx.head;
+	size_t skip, max;
+	stream_urgent_bounds(s, &skip, &max);
 	size_t n;
 	if (flags & MSG_TRUNC) {
-		size_t want = 0;
+		size_t avail = rxbuf_avail(&s->rx) > skip ? rxbuf_avail(&s->rx) - skip : 0;
+		n = 0;
 		for (int i = 0; i < iovcnt; i++)
-			want += iov[i].iov_len;
-		n = (flags & MSG_PEEK) ? (want < rxbuf_avail(&s->rx) ? want : rxbuf_avail(&s->rx))
-				       : rxbuf_skip(&s->rx, want);
+			n += iov[i].iov_len;
+		n = n < avail ? n : avail;
+		n = n < max ? n : max;
+		if (!peek)
+			rxbuf_skip(&s->rx, skip + n);
 	} else {
-		n = rxbuf_read(&s->rx, iov, iovcnt, (flags & MSG_PEEK) != 0);
+		n = rxbuf_read_at(&s->rx, skip, max, iov, iovcnt, peek);
+	}
+	if (!peek) {
+		stream_urgent_passed(s);
+		/* Unreadable now: drained, or stopped at an urgent byte out of line. */
+		bool dry = rxbuf_avail(&s->rx) == 0 || stream_urgent_hides_byte(s);
+		if (s->file && ((s->rx.head != head && dry) || s->urg != urg))
+			stream_ready(s->file, stream_mask(s), 0);
 	}
 	if (n > 0) {
-		if (!(flags & MSG_PEEK)) {
-			/* stream_send_ctl tells the peer rx.head (rx_advertised) */
-			if (!s->reset && s->state == STREAM_OPEN &&
-			    rxbuf_update_due(&s->rx, s->rx_advertised))
-				stream_send_ctl(rpc, s, STREAM_REQ_WINDOW, s->rx.head, stream_ctl_cont);
-			if (s->file && rxbuf_avail(&s->rx) == 0)
-				stream_ready(s->file, stream_mask(s), 0);
-		}
+		/* stream_send_ctl tells the peer rx.head (rx_advertised) */
+		if (!peek && !s->reset && s->state == STREAM_OPEN &&
+		    rxbuf_update_due(&s->rx, s->rx_advertised))
+			stream_send_ctl(rpc, s, STREAM_REQ_WINDOW, s->rx.head, stream_ctl_cont);
 		return (ssize_t)n;
 	}
 	/* As tcp_recvmsg: after the peer's FIN a read says EOF even once a
@@ -586,6 +607,8 @@ void stream_handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		stream_respond_ack(rpc, req, -ECONNRESET, NULL);
 		return;
 	}
+	if ((w->flags & SEG_URG) && len)
+		stream_urgent_arrived(s, w->value + len - 1);
 	stream_hold(rpc, req, s);
 	stream_notify(s, EPOLLIN);
 }

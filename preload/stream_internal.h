@@ -58,6 +58,17 @@ extern struct stream_table streams;
 /* stream_data.c */
 void stream_tx_free(struct stream_tx *tx);
 
+/* stream_urgent.c */
+/* The byte at seq, just received, is the peer's new urgent mark. */
+void stream_urgent_arrived(struct stream *s, uint64_t seq);
+/* Where a read from rx.head may go: skip bytes first (the mark's, out of
+ * line), then at most max (up to the mark). */
+void stream_urgent_bounds(const struct stream *s, size_t *skip, size_t *max);
+/* After a read: a mark read past is gone. */
+void stream_urgent_passed(struct stream *s);
+/* The next byte is the urgent one and not in line: not readable alone. */
+bool stream_urgent_hides_byte(const struct stream *s);
+
 /* stream.c */
 struct stream *stream_alloc(struct rpc *rpc, int session);
 struct stream *stream_lookup(uint32_t sid, int session);

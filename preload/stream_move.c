@@ -68,6 +68,9 @@ size_t stream_snapshot(const struct stream *s, struct stream_snap *snap, void *b
 	snap->tx_seq = s->tx_seq;
 	snap->tx_acked = s->tx_acked;
 	snap->tx_delivered = s->tx_delivered;
+	snap->urg = s->urg;
+	snap->urg_byte = s->urg_byte;
+	snap->urg_seq = s->urg_seq;
 	snap->local = s->local;
 	snap->local_len = s->local_len;
 	snap->peer = s->peer;
@@ -120,6 +123,11 @@ int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
 	s->tx_seq = snap->tx_seq;
 	s->tx_acked = snap->tx_acked;
 	s->tx_delivered = snap->tx_delivered;
+	if (snap->urg <= STREAM_URG_READ) {
+		s->urg = snap->urg;
+		s->urg_byte = snap->urg_byte;
+		s->urg_seq = snap->urg_seq;
+	}
 	s->local = snap->local;
 	s->local_len = snap->local_len;
 	s->peer = snap->peer;

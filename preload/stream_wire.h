@@ -37,9 +37,10 @@ struct wire_open_resp {
  * update) and received the other direction, so those ride on whatever
  * goes anyway.
  */
+#define SEG_URG 1u /* DATA: its last byte is urgent (MSG_OOB) */
 struct wire_seg {
 	uint32_t sid;
-	uint32_t pad;
+	uint32_t flags;
 	uint64_t value;    /* DATA: sequence number; WINDOW: consumed; FIN: final seq */
 	uint64_t consumed; /* the sender's rx.head */
 	uint64_t received; /* the sender's rx.tail */
@@ -49,8 +50,11 @@ _Static_assert(sizeof(struct wire_seg) == 32, "wire layout");
 /* Every answer but OPEN's. A held answer (to DATA or FIN) may carry the
  * answering side's own bytes, starting at seq, after it (the application's
  * reply), and its FIN after those (ACK_FIN): the answer to a peer's FIN is
- * usually our own close, as a TCP FIN-ACK. */
+ * usually our own close, as a TCP FIN-ACK. The last byte of a DATA, or of
+ * an answer's bytes, may be urgent (TCP's urgent pointer: send with
+ * MSG_OOB): SEG_URG, ACK_URG. */
 #define ACK_FIN 1u
+#define ACK_URG 2u /* the last of the bytes it carries is urgent (MSG_OOB) */
 struct wire_ack {
 	int32_t status;
 	uint32_t flags;

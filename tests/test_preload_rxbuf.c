@@ -144,6 +144,37 @@ Test(rxbuf, skip_consumes_without_copying)
 	cr_assert_eq(rxbuf_skip(&rb, 4), 0);
 }
 
+/* What urgent data needs (stream_urgent.c): a read that starts past the
+ * mark's byte or stops at the mark, and the mark's byte wherever it came. */
+Test(rxbuf, read_at_skips_then_stops_at_max)
+{
+	cr_assert_eq(rxbuf_put(&rb, 0, "ab!cd", 5), 0);
+	uint8_t out[8] = {0};
+	struct iovec v = {out, sizeof(out)};
+	cr_assert_eq(rxbuf_read_at(&rb, 0, 2, &v, 1, true), 2, "up to the mark");
+	cr_assert_eq(rb.head, 0, "a peek consumes nothing");
+	cr_assert_eq(rxbuf_read_at(&rb, 0, 2, &v, 1, false), 2);
+	cr_assert_eq(memcmp(out, "ab", 2), 0);
+	cr_assert_eq(rxbuf_read_at(&rb, 1, SIZE_MAX, &v, 1, false), 2, "past the mark's byte");
+	cr_assert_eq(memcmp(out, "cd", 2), 0);
+	cr_assert_eq(rb.head, 5, "the skipped byte is consumed too");
+	cr_assert_eq(rxbuf_read_at(&rb, 1, SIZE_MAX, &v, 1, false), 0, "nothing to skip");
+	cr_assert_eq(rb.head, 5);
+}
+
+Test(rxbuf, byte_at_finds_held_bytes_only)
+{
+	cr_assert_eq(rxbuf_put(&rb, 0, "xy", 2), 0);
+	cr_assert_eq(rxbuf_put(&rb, 10, "!", 1), 0);
+	cr_assert_eq(rxbuf_byte_at(&rb, 1), 'y');
+	cr_assert_eq(rxbuf_byte_at(&rb, 10), '!', "past a hole");
+	cr_assert_eq(rxbuf_byte_at(&rb, 5), -1, "in the hole");
+	cr_assert_eq(rxbuf_byte_at(&rb, 11), -1, "not come");
+	uint8_t out[2];
+	cr_assert_eq(read_all(out, 1, false), 1);
+	cr_assert_eq(rxbuf_byte_at(&rb, 0), -1, "read already");
+}
+
 Test(rxbuf, window_update_after_a_quarter_read)
 {
 	static uint8_t big[4096];

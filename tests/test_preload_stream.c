@@ -3,7 +3,8 @@
  * window holds a writer back and opens again; a stalled stream does not
  * hold up another on the same session; FIN is EOF after the data; RESET
  * is ECONNRESET, then EPIPE; a closed stream whose peer never sends its FIN
- * is let go silently after the FIN timeout, its port not pooled. */
+ * is let go silently after the FIN timeout, its port not pooled; an
+ * urgent byte (MSG_OOB) is marked, in DATA and in a held answer. */
 #include "autoconfig.h"
 
 #include <criterion/criterion.h>
@@ -661,4 +662,75 @@ Test(stream, a_stream_moving_at_the_peers_word_keeps_its_process_ticking, .init 
 	cr_assert(s->moving, "the peer waits for the new owner");
 	cr_assert(stream_work_pending(), "a moving stream is work");
 	stream_detach(c); /* the new owner never comes */
+}
+
+static bool rx_holds(void *p)
+{
+	struct stream *s = p;
+	return rxbuf_avail(&s->rx) >= 5;
+}
+
+/* TCP urgent data: the last byte of a MSG_OOB send is the mark; the reader
+ * reads up to it, takes its byte out of band once, then reads on past it. */
+Test(stream, an_urgent_byte_leaves_the_line_and_stops_the_read, .init = clean,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7020, &c, &s);
+	struct iovec v[3] = {{"ab", 2}, {"!", 1}, {"cd", 2}};
+	cr_assert_eq(stream_send(P.a, c, &v[0], 1), 2);
+	cr_assert_eq(stream_send_flags(P.a, c, &v[1], 1, MSG_OOB), 1);
+	cr_assert_eq(stream_send(P.a, c, &v[2], 1), 2);
+	cr_assert(pump_until(rx_holds, s));
+	cr_assert(stream_mask(s) & EPOLLPRI);
+	cr_assert_not(stream_at_mark(s));
+	char buf[8] = {0};
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, MSG_PEEK), 2, "a peek stops at the mark too");
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 2);
+	cr_assert_eq(memcmp(buf, "ab", 2), 0);
+	cr_assert(stream_at_mark(s));
+	char o = 0;
+	struct iovec ov = {&o, 1};
+	cr_assert_eq(stream_recv_oob(s, &ov, 1, MSG_PEEK), 1);
+	cr_assert_eq(stream_recv_oob(s, &ov, 1, 0), 1);
+	cr_assert_eq(o, '!');
+	cr_assert_eq(stream_recv_oob(s, &ov, 1, 0), -EINVAL, "taken once");
+	cr_assert_not(stream_mask(s) & EPOLLPRI);
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 2, "the byte is not in line");
+	cr_assert_eq(memcmp(buf, "cd", 2), 0);
+	cr_assert_not(stream_at_mark(s), "read past: the mark is gone");
+	s->urg_inline = true;
+	cr_assert_eq(stream_recv_oob(s, &ov, 1, 0), -EINVAL, "none to take");
+}
+
+static bool rx_holds_two(void *p)
+{
+	return rxbuf_avail(&((struct stream *)p)->rx) >= 2;
+}
+
+/* A reply that rides in the answer to the peer's DATA carries its mark. */
+Test(stream, an_urgent_byte_rides_in_the_held_answer, .init = clean, .fini = close_endpoints,
+     .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7030, &c, &s);
+	struct iovec q = {"q", 1};
+	cr_assert_eq(stream_send(P.a, c, &q, 1), 1);
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while (!s->held && clock_now_ns() < end)
+		pump();
+	cr_assert_not_null(s->held, "the DATA's answer waits for a reply");
+	struct iovec a = {"r!", 2};
+	cr_assert_eq(stream_send_flags(P.b, s, &a, 1, MSG_OOB), 2);
+	cr_assert_null(s->held, "the reply went in the answer");
+	cr_assert(pump_until(rx_holds_two, c));
+	cr_assert(stream_mask(c) & EPOLLPRI);
+	cr_assert_eq(c->urg_seq, 1);
+	char buf[4];
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 1, "up to the mark");
+	cr_assert_eq(buf[0], 'r');
+	cr_assert_eq(stream_recv_oob(c, &r, 1, 0), 1);
+	cr_assert_eq(buf[0], '!');
 }

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <linux/errqueue.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -204,6 +206,11 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 		if (n < 0)
 			break;
 	}
+	if (send && done && (flags & MSG_ZEROCOPY) && sock_zerocopy(sk)) {
+		ferry_lock();
+		stream_zerocopy_sent(s);
+		ferry_unlock();
+	}
 	if (send)
 		pthread_mutex_unlock(&sk->send_lock);
 	cursor_free(&cur, base);
@@ -282,6 +289,52 @@ static ssize_t io_send(struct ffile *f, int fd, const struct iovec *iov, int iov
 	return ferry_ret(rc);
 }
 
+/* A receive with MSG_ERRQUEUE: the socket's error queue (zero-copy
+ * notices), never its bytes; 0 with the notice in a control message, as
+ * ip_recv_error and ipv6_recv_error give it, or EAGAIN when it is empty. */
+static ssize_t io_recv_errqueue(struct ffile *f, int fd, struct msghdr *msg, int flags)
+{
+	struct fsock *sk = f->priv;
+	struct stream *s = NULL;
+	uint32_t lo = 0, hi = 0;
+	ssize_t rc = -EAGAIN;
+	if (f->kind != FFILE_DEAD) {
+		ferry_lock();
+		rc = io_stream_locked(sk, EAGAIN, &s);
+		if (rc == 0 && !stream_zerocopy_take(s, &lo, &hi))
+			rc = -EAGAIN;
+		ferry_unlock();
+	}
+	bool v6 = f->kind != FFILE_DEAD && sk->domain == AF_INET6;
+	ffile_put(&fdtab, f);
+	if (rc == IO_GONE)
+		return sys()->recvmsg(fd, msg, flags);
+	if (rc < 0)
+		return ferry_ret(-EAGAIN); /* an empty queue, whatever the socket's state */
+	struct sock_extended_err ee = {.ee_origin = SO_EE_ORIGIN_ZEROCOPY,
+				       .ee_code = SO_EE_CODE_ZEROCOPY_COPIED,
+				       .ee_info = lo,
+				       .ee_data = hi};
+	/* The notice, then an offender address, all zero for this origin. */
+	size_t len = sizeof(ee) + (v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+	msg->msg_namelen = 0;
+	msg->msg_flags = MSG_ERRQUEUE;
+	if (!msg->msg_control || msg->msg_controllen < CMSG_LEN(len)) {
+		msg->msg_flags |= MSG_CTRUNC;
+		msg->msg_controllen = 0;
+		return 0;
+	}
+	struct cmsghdr *c = msg->msg_control;
+	memset(c, 0, CMSG_LEN(len));
+	c->cmsg_level = v6 ? SOL_IPV6 : SOL_IP;
+	c->cmsg_type = v6 ? IPV6_RECVERR : IP_RECVERR;
+	c->cmsg_len = CMSG_LEN(len);
+	memcpy(CMSG_DATA(c), &ee, sizeof(ee));
+	if (msg->msg_controllen > CMSG_SPACE(len))
+		msg->msg_controllen = CMSG_SPACE(len);
+	return 0;
+}
+
 FERRY_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
 	struct ffile *f = io_file(fd);
@@ -305,6 +358,10 @@ FERRY_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 	if (!f)
 		return sys()->recv(fd, buf, len, flags);
 	struct iovec v = {buf, len};
+	if (flags & MSG_ERRQUEUE) {
+		struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
+		return io_recv_errqueue(f, fd, &m, flags);
+	}
 	return io_recv(f, fd, &v, 1, flags);
 }
 
@@ -317,6 +374,10 @@ FERRY_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct s
 	if (addr && alen)
 		*alen = 0; /* a connected stream names no sender, as in TCP */
 	struct iovec v = {buf, len};
+	if (flags & MSG_ERRQUEUE) {
+		struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
+		return io_recv_errqueue(f, fd, &m, flags);
+	}
 	return io_recv(f, fd, &v, 1, flags);
 }
 
@@ -334,6 +395,8 @@ FERRY_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 		errno = EMSGSIZE;
 		return -1;
 	}
+	if (flags & MSG_ERRQUEUE)
+		return io_recv_errqueue(f, fd, msg, flags);
 	msg->msg_namelen = 0;
 	msg->msg_controllen = 0;
 	msg->msg_flags = 0;

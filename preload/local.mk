@@ -38,7 +38,7 @@ libferry_preload_la_SOURCES += preload/fasync.c preload/fasync.h
 libferry_preload_la_SOURCES += preload/scm.c preload/scm.h
 libferry_preload_la_SOURCES += preload/inherit.c preload/inherit.h preload/passfd.c preload/passfd.h
 libferry_preload_la_SOURCES += preload/stream_end.c preload/stream_timeout.c \
-	preload/stream_urgent.c
+	preload/stream_urgent.c preload/stream_zerocopy.c
 libferry_preload_la_SOURCES += preload/statmap.c preload/statmap.h preload/statmap_layout.h
 # The interposer's settings; also compiled into ferry-doctor and ferry-bench,
 # whose single check of FERRY_* names must know the interposer's too.

@@ -31,7 +31,7 @@ enum fsock_state {
 };
 
 /* Options kept in the fsock (sockopt.c's table). */
-#define SOCK_KEPT_OPTS 7
+#define SOCK_KEPT_OPTS 8
 
 struct fsock {
 	struct ffile *file;
@@ -108,9 +108,12 @@ struct ffile *sock_peek(int fd);
 int sock_done(struct ffile *f, int rc);
 
 /*
- * Waits until f's mask meets want (or an error/hangup), the deadline
- * passes (-EAGAIN), or a signal (-EINTR). kfd >= 0 is a kernel fd to watch
- * too for kevents; returns 1 when it fired, 0 when f is ready.
+ * Waits until f's mask meets want (or a hangup), the deadline passes
+ * (-EAGAIN), or a signal (-EINTR). kfd >= 0 is a kernel fd to watch too
+ * for kevents; returns 1 when it fired, 0 when f is ready. EPOLLERR counts
+ * only if want has it: a stream's error comes with EPOLLIN and EPOLLOUT
+ * anyway, and a notice on its error queue alone (MSG_ZEROCOPY) ends no
+ * read or write, as in the kernel.
  */
 int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short kevents);
 
@@ -155,6 +158,8 @@ void sock_redirects_run(void);
 void sock_apply_timeouts(struct fsock *sk);
 /* SO_OOBINLINE: urgent bytes stay in line (recv with MSG_OOB refused). */
 bool sock_oobinline(const struct fsock *sk);
+/* SO_ZEROCOPY: a send with MSG_ZEROCOPY is answered on the error queue. */
+bool sock_zerocopy(const struct fsock *sk);
 
 /* Raises SIGPIPE for an EPIPE, as the kernel does, unless suppressed. */
 void sock_sigpipe(int flags);

@@ -449,7 +449,7 @@ static int sock_connect(struct ffile *f, int fd, const struct sockaddr *a, sockl
 		sk->nb_connect = true;
 		return -EINPROGRESS;
 	}
-	rc = sock_wait(f, EPOLLOUT, UINT64_MAX, -1, 0);
+	rc = sock_wait(f, EPOLLOUT | EPOLLERR, UINT64_MAX, -1, 0);
 	if (rc < 0)
 		return rc; /* -EINTR: the connect goes on, as the kernel's does */
 	ferry_lock();

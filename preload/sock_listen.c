@@ -296,7 +296,7 @@ static int sock_accept_wait(struct ffile *f, int fd, struct sockaddr *addr, sock
 			return -errno;
 		if (ffile_nonblock(f))
 			return -EAGAIN;
-		int rc = sock_wait(f, EPOLLIN, deadline, fd, POLLIN);
+		int rc = sock_wait(f, EPOLLIN | EPOLLERR, deadline, fd, POLLIN);
 		if (rc == -EINTR && !sk->rcvtimeo_ns && wait_signals_restart())
 			continue;
 		if (rc < 0)

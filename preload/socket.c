@@ -118,7 +118,7 @@ void sock_sigpipe(int flags)
 
 int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short kevents)
 {
-	want |= EPOLLERR | EPOLLHUP;
+	want |= EPOLLHUP;
 	wait_flush();
 	unsigned spin_us = wait_spin_us();
 	if (spin_us) {

@@ -1,5 +1,6 @@
 /* Socket options and ioctls: those a stream answers itself (TCP_INFO,
  * SO_ERROR, the options servers set on every connection, SO_OOBINLINE,
+ * SO_ZEROCOPY,
  * FIONREAD, SIOCATMARK), the
  * rest on the placeholder, where the kernel keeps and answers them. */
 #include "autoconfig.h"
@@ -67,6 +68,7 @@ enum {
 	OPT_KEEPCNT,
 	OPT_USER_TIMEOUT,
 	OPT_OOBINLINE,
+	OPT_ZEROCOPY,
 };
 static const struct {
 	int level, name, lo, hi;
@@ -79,6 +81,7 @@ static const struct {
 	[OPT_KEEPCNT] = {IPPROTO_TCP, TCP_KEEPCNT, 1, 127, false},
 	[OPT_USER_TIMEOUT] = {IPPROTO_TCP, TCP_USER_TIMEOUT, 0, INT_MAX, false},
 	[OPT_OOBINLINE] = {SOL_SOCKET, SO_OOBINLINE, INT_MIN, INT_MAX, true},
+	[OPT_ZEROCOPY] = {SOL_SOCKET, SO_ZEROCOPY, INT_MIN, INT_MAX, true},
 };
 
 /* The kernel's defaults for what a socket did not set (tcp(7)). */
@@ -124,6 +127,11 @@ void sock_apply_timeouts(struct fsock *sk)
 bool sock_oobinline(const struct fsock *sk)
 {
 	return sock_opt(sk, OPT_OOBINLINE, 0) != 0;
+}
+
+bool sock_zerocopy(const struct fsock *sk)
+{
+	return sock_opt(sk, OPT_ZEROCOPY, 0) != 0;
 }
 
 static int sock_opt_index(int level, int name)

@@ -230,6 +230,8 @@ uint32_t stream_mask(const struct stream *s)
 		m |= EPOLLIN;
 	if (s->urg == STREAM_URG_VALID)
 		m |= EPOLLPRI;
+	if (s->zc_done) /* as sock_poll: the error queue holds a notice */
+		m |= EPOLLERR;
 	if (stream_eof(s))
 		m |= EPOLLRDHUP;
 	/* As tcp_poll: a shut write side polls writable (the write fails). */

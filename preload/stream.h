@@ -111,6 +111,10 @@ struct stream {
 	uint8_t urg_byte;
 	bool urg_inline;  /* SO_OOBINLINE, as the application's last receive had it */
 	uint64_t urg_seq;
+	/* MSG_ZEROCOPY sends (stream_zerocopy.c): the next one's number, and
+	 * the range done and not yet read from the error queue. */
+	uint32_t zc_next, zc_lo, zc_hi;
+	bool zc_done;
 };
 
 enum stream_urg {
@@ -156,6 +160,12 @@ ssize_t stream_recv_oob(struct stream *s, const struct iovec *iov, int iovcnt, i
 bool stream_at_mark(const struct stream *s);
 /* FIONREAD: the bytes a read may return now (short of an urgent mark). */
 size_t stream_inq(const struct stream *s);
+/* A send with MSG_ZEROCOPY (SO_ZEROCOPY on) went: its buffer was copied,
+ * so it is done at once, and the error queue says so (EPOLLERR). */
+void stream_zerocopy_sent(struct stream *s);
+/* The error queue's notice (recvmsg with MSG_ERRQUEUE): false when empty,
+ * else the range of sends done, dequeued. */
+bool stream_zerocopy_take(struct stream *s, uint32_t *lo, uint32_t *hi);
 int stream_shutdown(struct rpc *rpc, struct stream *s, int how);
 /* The application let go: FIN (or RESET with unread data); s is not the
  * caller's any more. */

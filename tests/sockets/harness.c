@@ -40,7 +40,7 @@ static const struct scenario *const *tables(void)
 {
 	static const struct scenario *const all[] = {scen_stream, scen_flow, scen_options, scen_ready, scen_misc,
 						      scen_fortify, scen_handover, scen_liveness, scen_bind,
-						      scen_signals, scen_urgent, NULL};
+						      scen_signals, scen_urgent, scen_errqueue, NULL};
 	return all;
 }
 

@@ -81,6 +81,37 @@ static void expect_oob(struct peer *p, const char *key, int fd, int flags, char 
 	expect_str(p, key, got, w);
 }
 
+/*
+ * A client's part: its sends in order, each with its flags; a step with no
+ * bytes is a turn of the server's (the client says its sends are done and
+ * waits for the go). Then it waits for the server's close.
+ */
+struct send_step {
+	const char *key;
+	const char *data; /* NULL: the server's turn */
+	int flags;
+};
+#define SERVER_TURN {"turn", NULL, 0}
+
+static void run_client(struct peer *p, const struct send_step *steps)
+{
+	int fd = tcp_connect(p, p->port);
+	sync_wait(p);
+	for (const struct send_step *st = steps; st->key; st++) {
+		if (!st->data) {
+			sync_send(p);
+			sync_wait(p);
+			continue;
+		}
+		size_t n = strlen(st->data);
+		expect_rc(p, st->key, send(fd, st->data, n, st->flags), (long)n, 0);
+	}
+	sync_send(p);
+	char b;
+	expect_rc(p, "eof", read(fd, &b, 1), 0, 0);
+	close(fd);
+}
+
 /* ---- urgent_oob: the byte out of band, reads stopping at the mark ------------- */
 
 static void oob_server(struct peer *p)
@@ -126,21 +157,13 @@ static void oob_server(struct peer *p)
 
 static void oob_client(struct peer *p)
 {
-	int fd = tcp_connect(p, p->port);
-	sync_wait(p);
-	/* No byte to make urgent: sends nothing, marks nothing. */
-	expect_rc(p, "send_empty_oob", send(fd, "", 0, MSG_OOB), 0, 0);
-	sync_send(p);
-	sync_wait(p);
-	expect_rc(p, "send", send(fd, "ab", 2, 0), 2, 0);
-	expect_rc(p, "send_oob", send(fd, "!", 1, MSG_OOB), 1, 0);
-	sync_send(p);
-	sync_wait(p);
-	expect_rc(p, "send_more", send(fd, "cd", 2, 0), 2, 0);
-	sync_send(p);
-	char b;
-	expect_rc(p, "eof", read(fd, &b, 1), 0, 0);
-	close(fd);
+	/* The first send has no byte to make urgent: it marks nothing. */
+	static const struct send_step steps[] = {
+		{"send_empty_oob", "", MSG_OOB}, SERVER_TURN,
+		{"send", "ab", 0}, {"send_oob", "!", MSG_OOB}, SERVER_TURN,
+		{"send_more", "cd", 0}, {NULL, NULL, 0},
+	};
+	run_client(p, steps);
 }
 
 /* ---- urgent_inline: SO_OOBINLINE, the byte read in line at the mark ---------- */
@@ -178,15 +201,10 @@ static void inline_server(struct peer *p)
 
 static void inline_client(struct peer *p)
 {
-	int fd = tcp_connect(p, p->port);
-	sync_wait(p);
-	expect_rc(p, "send", send(fd, "xy", 2, 0), 2, 0);
-	expect_rc(p, "send_oob", send(fd, "!", 1, MSG_OOB), 1, 0);
-	expect_rc(p, "send_more", send(fd, "z", 1, 0), 1, 0);
-	sync_send(p);
-	char b;
-	expect_rc(p, "eof", read(fd, &b, 1), 0, 0);
-	close(fd);
+	static const struct send_step steps[] = {
+		{"send", "xy", 0}, {"send_oob", "!", MSG_OOB}, {"send_more", "z", 0}, {NULL, NULL, 0},
+	};
+	run_client(p, steps);
 }
 
 /* ---- urgent_sigurg: F_SETOWN alone (no O_ASYNC) brings SIGURG ---------------- */
@@ -233,19 +251,11 @@ static void sigurg_server(struct peer *p)
 
 static void sigurg_client(struct peer *p)
 {
-	int fd = tcp_connect(p, p->port);
-	sync_wait(p);
-	expect_rc(p, "send", send(fd, "a", 1, 0), 1, 0);
-	sync_send(p);
-	sync_wait(p);
-	expect_rc(p, "send_oob", send(fd, "!", 1, MSG_OOB), 1, 0);
-	sync_send(p);
-	sync_wait(p);
-	expect_rc(p, "send_more", send(fd, "z", 1, 0), 1, 0);
-	sync_send(p);
-	char b;
-	expect_rc(p, "eof", read(fd, &b, 1), 0, 0);
-	close(fd);
+	static const struct send_step steps[] = {
+		{"send", "a", 0}, SERVER_TURN, {"send_oob", "!", MSG_OOB}, SERVER_TURN,
+		{"send_more", "z", 0}, {NULL, NULL, 0},
+	};
+	run_client(p, steps);
 }
 
 /* ---- urgent_unread_then_more: a newer mark replaces one not taken ------------- */
@@ -281,21 +291,12 @@ static void again_server(struct peer *p)
 
 static void again_client(struct peer *p)
 {
-	int fd = tcp_connect(p, p->port);
-	sync_wait(p);
-	expect_rc(p, "send", send(fd, "a", 1, 0), 1, 0);
-	expect_rc(p, "send_oob", send(fd, "!", 1, MSG_OOB), 1, 0);
-	sync_send(p);
-	sync_wait(p);
-	expect_rc(p, "send_2", send(fd, "b", 1, 0), 1, 0);
-	expect_rc(p, "send_oob_2", send(fd, "?", 1, MSG_OOB), 1, 0);
-	sync_send(p);
-	sync_wait(p);
-	expect_rc(p, "send_more", send(fd, "c", 1, 0), 1, 0);
-	sync_send(p);
-	char b;
-	expect_rc(p, "eof", read(fd, &b, 1), 0, 0);
-	close(fd);
+	static const struct send_step steps[] = {
+		{"send", "a", 0}, {"send_oob", "!", MSG_OOB}, SERVER_TURN,
+		{"send_2", "b", 0}, {"send_oob_2", "?", MSG_OOB}, SERVER_TURN,
+		{"send_more", "c", 0}, {NULL, NULL, 0},
+	};
+	run_client(p, steps);
 }
 
 /* ---- urgent_async_waitall: O_ASYNC's band, MSG_WAITALL at the mark ---------- */
@@ -344,14 +345,10 @@ static void waitall_server(struct peer *p)
 
 static void waitall_client(struct peer *p)
 {
-	int fd = tcp_connect(p, p->port);
-	sync_wait(p);
-	expect_rc(p, "send", send(fd, "ab", 2, 0), 2, 0);
-	expect_rc(p, "send_oob", send(fd, "!", 1, MSG_OOB), 1, 0);
-	sync_send(p);
-	char b;
-	expect_rc(p, "eof", read(fd, &b, 1), 0, 0);
-	close(fd);
+	static const struct send_step steps[] = {
+		{"send", "ab", 0}, {"send_oob", "!", MSG_OOB}, {NULL, NULL, 0},
+	};
+	run_client(p, steps);
 }
 
 const struct scenario scen_urgent[] = {

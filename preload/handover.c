@@ -851,7 +851,7 @@ void handover_adopt(struct ffile *f)
 		if (rc == 0) {
 			sk->stream = s;
 			sk->state = FSOCK_STREAM;
-			sock_apply_timeouts(sk);
+			sock_apply_opts(sk);
 			stream_set_file(s, f);
 		}
 		ferry_unlock();

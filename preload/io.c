@@ -158,19 +158,27 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 	struct stream *s = NULL;
 	ssize_t n;
 	bool at_mark = false;
+	/* SO_RCVLOWAT: a blocking read takes nothing until that many bytes are
+	 * there, which the stream's readiness says. One that asks for fewer
+	 * takes what is there, as before. */
+	bool lowat_wait = false;
 	uint32_t wait_for = send ? EPOLLOUT : EPOLLIN | EPOLLRDHUP;
 	for (;;) {
 		/* One turn of the lock finds the stream and moves the bytes. */
 		ferry_lock();
 		n = s ? 0 : io_stream_locked(sk, send ? EPIPE : ENOTCONN, &s);
-		if (n == 0 && !send)
+		if (n == 0 && !send) {
 			s->urg_inline = sock_oobinline(sk);
+			lowat_wait = !nonblock && !(flags & MSG_PEEK) && done == 0 &&
+				     s->rcvlowat > 1 && s->rcvlowat <= want;
+		}
 		if (n == 0 && want == 0 && !send) {
 			ferry_unlock();
 			break; /* as tcp_recvmsg: nothing asked, nothing waited for */
 		}
 		if (n == 0) {
-			n = io_step(s, &cur, send, sflags);
+			bool wait = lowat_wait && stream_read_short(s, s->rcvlowat);
+			n = wait ? -EAGAIN : io_step(s, &cur, send, sflags);
 			if (n == -EAGAIN) {
 				/* A blocking call waits next, and that wait sends
 				 * what this thread queued (its last reply) first:
@@ -181,7 +189,8 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 				}
 				if (send || !nonblock || !wait_miss_skips_look()) {
 					stream_run_once(ferry.rpc);
-					n = io_step(s, &cur, send, sflags);
+					wait = lowat_wait && stream_read_short(s, s->rcvlowat);
+					n = wait ? -EAGAIN : io_step(s, &cur, send, sflags);
 				}
 			}
 			/* As tcp_recvmsg: even MSG_WAITALL returns at the urgent mark. */

@@ -31,7 +31,7 @@ enum fsock_state {
 };
 
 /* Options kept in the fsock (sockopt.c's table). */
-#define SOCK_KEPT_OPTS 8
+#define SOCK_KEPT_OPTS 9
 
 struct fsock {
 	struct ffile *file;
@@ -55,7 +55,7 @@ struct fsock {
 	/* TCP options set on a stream, kept here instead of on the
 	 * placeholder (no system call per option): bit i of opt_set says
 	 * opt_val[i] holds sock_opt_table[i]'s value. */
-	uint8_t opt_set;
+	uint16_t opt_set;
 	int opt_val[SOCK_KEPT_OPTS];
 	/* Held across one whole send, waits included, so two threads' sends
 	 * never interleave inside a record (a small send is never torn). */
@@ -153,9 +153,9 @@ unsigned sock_listen_flags(int fd, int family);
  * each, then OPEN again (stream_take_redirect). No lock held. */
 void sock_redirects_run(void);
 
-/* The keepalive and user timeout sk's options ask for go to its stream
- * (sockopt.c); under the endpoint lock, sk->stream set. */
-void sock_apply_timeouts(struct fsock *sk);
+/* What sk's options ask of its stream go to it (sockopt.c): keepalive, user
+ * timeout, SO_RCVLOWAT, SO_OOBINLINE; under the endpoint lock. */
+void sock_apply_opts(struct fsock *sk);
 /* SO_OOBINLINE: urgent bytes stay in line (recv with MSG_OOB refused). */
 bool sock_oobinline(const struct fsock *sk);
 /* SO_ZEROCOPY: a send with MSG_ZEROCOPY is answered on the error queue. */

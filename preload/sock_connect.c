@@ -90,7 +90,7 @@ static int sock_open_stream(struct fsock *sk, int session, const struct sockaddr
 		return rc;
 	sk->stream = s;
 	sk->state = FSOCK_STREAM;
-	sock_apply_timeouts(sk);
+	sock_apply_opts(sk);
 	return 0;
 }
 

@@ -209,7 +209,7 @@ static int sock_accepted(struct fsock *lsk, struct stream *s, struct sockaddr *a
 	/* As the kernel's accepted sockets, it inherits the listener's. */
 	sk->opt_set = lsk->opt_set;
 	memcpy(sk->opt_val, lsk->opt_val, sizeof(sk->opt_val));
-	sock_apply_timeouts(sk);
+	sock_apply_opts(sk);
 	stream_set_file(s, nf);
 	ferry_unlock();
 	sockaddr_copy_out(&s->peer, s->peer_len, addr, alen);

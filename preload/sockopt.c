@@ -1,6 +1,6 @@
 /* Socket options and ioctls: those a stream answers itself (TCP_INFO,
  * SO_ERROR, the options servers set on every connection, SO_OOBINLINE,
- * SO_ZEROCOPY,
+ * SO_ZEROCOPY, SO_RCVLOWAT,
  * FIONREAD, SIOCATMARK), the
  * rest on the placeholder, where the kernel keeps and answers them. */
 #include "autoconfig.h"
@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -69,6 +70,7 @@ enum {
 	OPT_USER_TIMEOUT,
 	OPT_OOBINLINE,
 	OPT_ZEROCOPY,
+	OPT_RCVLOWAT,
 };
 static const struct {
 	int level, name, lo, hi;
@@ -82,6 +84,7 @@ static const struct {
 	[OPT_USER_TIMEOUT] = {IPPROTO_TCP, TCP_USER_TIMEOUT, 0, INT_MAX, false},
 	[OPT_OOBINLINE] = {SOL_SOCKET, SO_OOBINLINE, INT_MIN, INT_MAX, true},
 	[OPT_ZEROCOPY] = {SOL_SOCKET, SO_ZEROCOPY, INT_MIN, INT_MAX, true},
+	[OPT_RCVLOWAT] = {SOL_SOCKET, SO_RCVLOWAT, INT_MIN, INT_MAX, false},
 };
 
 /* The kernel's defaults for what a socket did not set (tcp(7)). */
@@ -104,10 +107,14 @@ static int sock_opt(const struct fsock *sk, int i, int fallback)
 	return (sk->opt_set & (1u << i)) ? sk->opt_val[i] : fallback;
 }
 
-void sock_apply_timeouts(struct fsock *sk)
+void sock_apply_opts(struct fsock *sk)
 {
 	static int ka_time, ka_intvl, ka_probes; /* read once; under the endpoint lock */
-	if (!sk->stream || !(sk->opt_set & ((1u << OPT_KEEPALIVE) | (1u << OPT_USER_TIMEOUT))))
+	if (!sk->stream)
+		return;
+	sk->stream->urg_inline = sock_oobinline(sk);
+	stream_set_rcvlowat(sk->stream, (uint32_t)sock_opt(sk, OPT_RCVLOWAT, 1));
+	if (!(sk->opt_set & ((1u << OPT_KEEPALIVE) | (1u << OPT_USER_TIMEOUT))))
 		return;
 	if (!ka_time) {
 		ka_intvl = sock_sysctl("/proc/sys/net/ipv4/tcp_keepalive_intvl", 75);
@@ -197,6 +204,34 @@ static uint64_t timeval_ns(const void *val, socklen_t len)
 	return (uint64_t)tv->tv_sec * 1000000000ull + (uint64_t)tv->tv_usec * 1000ull;
 }
 
+/* What the kernel keeps of v for option i: SO_RCVLOWAT as sock_setsockopt
+ * and tcp_set_rcvlowat store it (negative: no limit; at most half of
+ * tcp_rmem's largest buffer; at least 1). */
+static int sock_opt_kept(int i, int v)
+{
+	static int rmem_max; /* read once; under the endpoint lock or before ferry runs */
+	if (sock_opt_table[i].boolean)
+		return v != 0;
+	if (i != OPT_RCVLOWAT)
+		return v;
+	if (!rmem_max) {
+		int fd = open("/proc/sys/net/ipv4/tcp_rmem", O_RDONLY | O_CLOEXEC);
+		char buf[64];
+		ssize_t n = fd < 0 ? -1 : sys()->read(fd, buf, sizeof(buf) - 1);
+		if (fd >= 0)
+			sys()->close(fd);
+		long lo = 0, def = 0, max = 0;
+		if (n > 0) {
+			buf[n] = 0;
+			sscanf(buf, "%ld %ld %ld", &lo, &def, &max);
+		}
+		rmem_max = max > 0 && max <= INT_MAX ? (int)max : 6291456;
+	}
+	if (v < 0 || v > rmem_max / 2)
+		v = rmem_max / 2;
+	return v ? v : 1;
+}
+
 /* 1: not a stream option kept here; else 0 or -errno. */
 static int sock_setopt_stream(struct ffile *f, int level, int name, const void *val,
 			      socklen_t len)
@@ -215,14 +250,13 @@ static int sock_setopt_stream(struct ffile *f, int level, int name, const void *
 			rc = -EINVAL;
 		} else {
 			memcpy(&v, val, sizeof(v));
-			if (sock_opt_table[i].boolean)
-				v = v != 0;
 			rc = v < sock_opt_table[i].lo || v > sock_opt_table[i].hi ? -EINVAL : 0;
+			v = sock_opt_kept(i, v);
 		}
 		if (rc == 0) {
 			sk->opt_val[i] = v;
-			sk->opt_set |= (uint8_t)(1u << i);
-			sock_apply_timeouts(sk);
+			sk->opt_set |= (uint16_t)(1u << i);
+			sock_apply_opts(sk);
 		}
 	}
 	ferry_unlock();
@@ -244,8 +278,8 @@ static void sock_setopt_note(struct ffile *f, int level, int name, const void *v
 		bool locked = ferry_state() == FERRY_ON;
 		if (locked)
 			ferry_lock();
-		sk->opt_val[i] = sock_opt_table[i].boolean ? v != 0 : v;
-		sk->opt_set |= (uint8_t)(1u << i);
+		sk->opt_val[i] = sock_opt_kept(i, v);
+		sk->opt_set |= (uint16_t)(1u << i);
 		if (locked)
 			ferry_unlock();
 		return;

@@ -225,8 +225,10 @@ uint32_t stream_mask(const struct stream *s)
 	if (s->relayed)
 		return 0;
 	uint32_t m = 0;
-	/* As tcp_poll: the urgent byte alone, out of line, is not readable. */
-	if (rxbuf_avail(&s->rx) > (stream_urgent_hides_byte(s) ? 1u : 0u) || stream_eof(s))
+	/* As tcp_poll: readable from SO_RCVLOWAT's bytes, one more where the
+	 * urgent byte waits out of line. */
+	size_t target = (s->rcvlowat ? s->rcvlowat : 1) + (stream_urgent_hides_byte(s) ? 1u : 0u);
+	if (rxbuf_avail(&s->rx) >= target || stream_eof(s))
 		m |= EPOLLIN;
 	if (s->urg == STREAM_URG_VALID)
 		m |= EPOLLPRI;
@@ -240,6 +242,27 @@ uint32_t stream_mask(const struct stream *s)
 	if (stream_eof(s) && s->wr_shut)
 		m |= EPOLLHUP;
 	return m;
+}
+
+void stream_set_rcvlowat(struct stream *s, uint32_t lowat)
+{
+	uint32_t most = s->rx.cap / 2;
+	lowat = lowat < most ? lowat : most;
+	if (lowat == s->rcvlowat)
+		return;
+	bool was = stream_mask(s) & EPOLLIN;
+	s->rcvlowat = lowat;
+	bool now = stream_mask(s) & EPOLLIN;
+	stream_notify(s, now && !was ? EPOLLIN : 0);
+}
+
+bool stream_read_short(const struct stream *s, size_t need)
+{
+	if (s->state != STREAM_OPEN || s->reset || s->err || stream_eof(s))
+		return false;
+	if (s->urg != STREAM_URG_NONE && s->urg_seq >= s->rx.head)
+		return false; /* the read stops at the mark whatever it asked */
+	return rxbuf_avail(&s->rx) < need;
 }
 
 void stream_relay_mark(struct stream *s, bool on)

@@ -115,6 +115,7 @@ struct stream {
 	 * the range done and not yet read from the error queue. */
 	uint32_t zc_next, zc_lo, zc_hi;
 	bool zc_done;
+	uint32_t rcvlowat; /* SO_RCVLOWAT: readable from this many bytes (0 as 1) */
 };
 
 enum stream_urg {
@@ -158,6 +159,12 @@ static inline ssize_t stream_send(struct rpc *rpc, struct stream *s, const struc
 ssize_t stream_recv_oob(struct stream *s, const struct iovec *iov, int iovcnt, int flags);
 /* SIOCATMARK: the next byte to read is the urgent mark. */
 bool stream_at_mark(const struct stream *s);
+/* SO_RCVLOWAT: readiness and a blocking read's least, in bytes; held
+ * within half the window, so a writer can always fill it. */
+void stream_set_rcvlowat(struct stream *s, uint32_t lowat);
+/* A blocking read that wants need bytes would get fewer now, and more may
+ * come: it waits. */
+bool stream_read_short(const struct stream *s, size_t need);
 /* FIONREAD: the bytes a read may return now (short of an urgent mark). */
 size_t stream_inq(const struct stream *s);
 /* A send with MSG_ZEROCOPY (SO_ZEROCOPY on) went: its buffer was copied,

@@ -400,10 +400,13 @@ ssize_t stream_recv(struct rpc *rpc, struct stream *s, const struct iovec *iov, 
 	}
 	if (!peek) {
 		stream_urgent_passed(s);
-		/* Unreadable now: drained, or stopped at an urgent byte out of line. */
-		bool dry = rxbuf_avail(&s->rx) == 0 || stream_urgent_hides_byte(s);
-		if (s->file && ((s->rx.head != head && dry) || s->urg != urg))
-			stream_ready(s->file, stream_mask(s), 0);
+		/* Unreadable now: drained, below SO_RCVLOWAT, or stopped at an
+		 * urgent byte out of line. */
+		if (s->file && (s->rx.head != head || s->urg != urg)) {
+			uint32_t m = stream_mask(s);
+			if (!(m & EPOLLIN) || s->urg != urg)
+				stream_ready(s->file, m, 0);
+		}
 	}
 	if (n > 0) {
 		/* stream_send_ctl tells the peer rx.head (rx_advertised) */

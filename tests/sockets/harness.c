@@ -40,7 +40,8 @@ static const struct scenario *const *tables(void)
 {
 	static const struct scenario *const all[] = {scen_stream, scen_flow, scen_options, scen_ready, scen_misc,
 						      scen_fortify, scen_handover, scen_liveness, scen_bind,
-						      scen_signals, scen_urgent, scen_errqueue, NULL};
+						      scen_signals, scen_urgent, scen_errqueue, scen_lowat,
+						      NULL};
 	return all;
 }
 

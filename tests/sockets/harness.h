@@ -42,6 +42,7 @@ extern const struct scenario scen_bind[];
 extern const struct scenario scen_signals[];
 extern const struct scenario scen_urgent[];
 extern const struct scenario scen_errqueue[];
+extern const struct scenario scen_lowat[];
 
 /* Synchronisation with the other role over pipes (never sockets). */
 void sync_send(struct peer *p);

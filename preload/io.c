@@ -158,10 +158,12 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 	struct stream *s = NULL;
 	ssize_t n;
 	bool at_mark = false;
-	/* SO_RCVLOWAT: a blocking read takes nothing until that many bytes are
-	 * there, which the stream's readiness says. One that asks for fewer
-	 * takes what is there, as before. */
+	/* SO_RCVLOWAT: a blocking read that finds fewer bytes than that, or
+	 * than it asked for if less, takes nothing and waits until the mark's
+	 * bytes are there, which the stream's readiness says (the kernel wakes
+	 * its readers at the mark, whatever they asked). */
 	bool lowat_wait = false;
+	size_t lowat_need = 0;
 	uint32_t wait_for = send ? EPOLLOUT : EPOLLIN | EPOLLRDHUP;
 	for (;;) {
 		/* One turn of the lock finds the stream and moves the bytes. */
@@ -170,14 +172,15 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 		if (n == 0 && !send) {
 			s->urg_inline = sock_oobinline(sk);
 			lowat_wait = !nonblock && !(flags & MSG_PEEK) && done == 0 &&
-				     s->rcvlowat > 1 && s->rcvlowat <= want;
+				     s->rcvlowat > 1;
+			lowat_need = s->rcvlowat < want ? s->rcvlowat : want;
 		}
 		if (n == 0 && want == 0 && !send) {
 			ferry_unlock();
 			break; /* as tcp_recvmsg: nothing asked, nothing waited for */
 		}
 		if (n == 0) {
-			bool wait = lowat_wait && stream_read_short(s, s->rcvlowat);
+			bool wait = lowat_wait && stream_read_short(s, lowat_need);
 			n = wait ? -EAGAIN : io_step(s, &cur, send, sflags);
 			if (n == -EAGAIN) {
 				/* A blocking call waits next, and that wait sends
@@ -189,7 +192,7 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 				}
 				if (send || !nonblock || !wait_miss_skips_look()) {
 					stream_run_once(ferry.rpc);
-					wait = lowat_wait && stream_read_short(s, s->rcvlowat);
+					wait = lowat_wait && stream_read_short(s, lowat_need);
 					n = wait ? -EAGAIN : io_step(s, &cur, send, sflags);
 				}
 			}

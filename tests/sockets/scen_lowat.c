@@ -61,6 +61,19 @@ static void lowat_server(struct peer *p)
 	memset(buf, 0, sizeof(buf));
 	expect_rc(p, "read_five", read(fd, buf, sizeof(buf)), 5, 0);
 	expect_str(p, "five_bytes", buf, "fghij");
+	sync_send(p);
+	/* A read that asks for fewer than the mark waits for the mark all the
+	 * same ("k", "l", then "mno"), then takes what it asked for; one that
+	 * finds what it asks for there takes it at once. */
+	memset(buf, 0, sizeof(buf));
+	expect_rc(p, "short_read", read(fd, buf, 2), 2, 0);
+	expect_str(p, "short_bytes", buf, "kl");
+	memset(buf, 0, sizeof(buf));
+	expect_rc(p, "short_read_there", read(fd, buf, 2), 2, 0);
+	expect_str(p, "short_there_bytes", buf, "mn");
+	memset(buf, 0, sizeof(buf));
+	expect_rc(p, "rest_nowait", recv(fd, buf, sizeof(buf), MSG_DONTWAIT), 1, 0);
+	expect_str(p, "rest_bytes", buf, "o");
 	close(fd);
 }
 
@@ -78,6 +91,13 @@ static void lowat_client(struct peer *p)
 	sync_wait(p);
 	expect_rc(p, "send_fill", send(fd, "ij", 2, 0), 2, 0);
 	sync_send(p);
+	sync_wait(p);
+	static const char *const parts[] = {"k", "l", "mno"};
+	for (int i = 0; i < 3; i++) {
+		sleep_ms(QUIET_MS);
+		expect_rc(p, "send_part", send(fd, parts[i], strlen(parts[i]), 0),
+			  (long)strlen(parts[i]), 0);
+	}
 	char b;
 	expect_rc(p, "eof", read(fd, &b, 1), 0, 0);
 	close(fd);

@@ -39,10 +39,6 @@ void fasync_set(struct ffile *f, int fd, bool on)
 	__atomic_store_n(&f->status, on ? st | O_ASYNC : st & ~O_ASYNC, __ATOMIC_RELAXED);
 }
 
-/* Only a thread that signals its own thread group's leader, or itself,
- * may claim a POLL_ code (the kernel's rule for rt_sigqueueinfo); other
- * sends go as SI_QUEUE, with the band and the number in place all the
- * same. */
 /* kill(2) for the owner: a process, a process group or a thread. */
 static void fasync_kill(const struct ffile_owner *o, int sig)
 {
@@ -60,6 +56,10 @@ void fasync_urgent(struct ffile *f)
 		fasync_kill(&o, SIGURG);
 }
 
+/* Only a thread that signals its own thread group's leader, or itself,
+ * may claim a POLL_ code (the kernel's rule for rt_sigqueueinfo); other
+ * sends go as SI_QUEUE, with the band and the number in place all the
+ * same. */
 void fasync_signal(struct ffile *f, uint32_t events)
 {
 	struct ffile_owner o;

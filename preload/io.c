@@ -170,7 +170,6 @@ static ssize_t ferry_transfer(struct ffile *f, const struct iovec *iov, int iovc
 		ferry_lock();
 		n = s ? 0 : io_stream_locked(sk, send ? EPIPE : ENOTCONN, &s);
 		if (n == 0 && !send) {
-			s->urg_inline = sock_oobinline(sk);
 			lowat_wait = !nonblock && !(flags & MSG_PEEK) && done == 0 &&
 				     s->rcvlowat > 1;
 			lowat_need = s->rcvlowat < want ? s->rcvlowat : want;
@@ -240,12 +239,10 @@ static ssize_t ferry_recv_oob(struct ffile *f, const struct iovec *iov, int iovc
 	struct stream *s = NULL;
 	ferry_lock();
 	ssize_t n = io_stream_locked(sk, ENOTCONN, &s);
-	if (n == 0) {
-		s->urg_inline = sock_oobinline(sk);
+	if (n == 0)
 		n = stream_recv_oob(s, iov, iovcnt, flags);
-	} else if (n == IO_OPENING) {
+	else if (n == IO_OPENING)
 		n = -EINVAL; /* a connect under way has no urgent byte */
-	}
 	ferry_unlock();
 	return n;
 }

@@ -156,8 +156,6 @@ void sock_redirects_run(void);
 /* What sk's options ask of its stream go to it (sockopt.c): keepalive, user
  * timeout, SO_RCVLOWAT, SO_OOBINLINE; under the endpoint lock. */
 void sock_apply_opts(struct fsock *sk);
-/* SO_OOBINLINE: urgent bytes stay in line (recv with MSG_OOB refused). */
-bool sock_oobinline(const struct fsock *sk);
 /* SO_ZEROCOPY: a send with MSG_ZEROCOPY is answered on the error queue. */
 bool sock_zerocopy(const struct fsock *sk);
 

@@ -1,8 +1,7 @@
 /* Socket options and ioctls: those a stream answers itself (TCP_INFO,
  * SO_ERROR, the options servers set on every connection, SO_OOBINLINE,
- * SO_ZEROCOPY, SO_RCVLOWAT,
- * FIONREAD, SIOCATMARK), the
- * rest on the placeholder, where the kernel keeps and answers them. */
+ * SO_ZEROCOPY, SO_RCVLOWAT, FIONREAD, SIOCATMARK), the rest on the
+ * placeholder, where the kernel keeps and answers them. */
 #include "autoconfig.h"
 
 #include <errno.h>
@@ -112,7 +111,7 @@ void sock_apply_opts(struct fsock *sk)
 	static int ka_time, ka_intvl, ka_probes; /* read once; under the endpoint lock */
 	if (!sk->stream)
 		return;
-	sk->stream->urg_inline = sock_oobinline(sk);
+	sk->stream->urg_inline = sock_opt(sk, OPT_OOBINLINE, 0) != 0;
 	stream_set_rcvlowat(sk->stream, (uint32_t)sock_opt(sk, OPT_RCVLOWAT, 1));
 	if (!(sk->opt_set & ((1u << OPT_KEEPALIVE) | (1u << OPT_USER_TIMEOUT))))
 		return;
@@ -129,11 +128,6 @@ void sock_apply_opts(struct fsock *sk)
 	}
 	stream_set_timeouts(sk->stream, idle, wait,
 			    (uint64_t)sock_opt(sk, OPT_USER_TIMEOUT, 0) * 1000000ull);
-}
-
-bool sock_oobinline(const struct fsock *sk)
-{
-	return sock_opt(sk, OPT_OOBINLINE, 0) != 0;
 }
 
 bool sock_zerocopy(const struct fsock *sk)
@@ -349,7 +343,6 @@ FERRY_EXPORT int ioctl(int fd, unsigned long req, ...)
 		int v = -1;
 		ferry_lock();
 		if (sk->state == FSOCK_STREAM) {
-			sk->stream->urg_inline = sock_oobinline(sk);
 			if (req == SIOCATMARK)
 				v = stream_at_mark(sk->stream);
 			else

@@ -109,7 +109,7 @@ struct stream {
 	 * at urg_seq. */
 	uint8_t urg;      /* enum stream_urg */
 	uint8_t urg_byte;
-	bool urg_inline;  /* SO_OOBINLINE, as the application's last receive had it */
+	bool urg_inline;  /* SO_OOBINLINE (sock_apply_opts) */
 	uint64_t urg_seq;
 	/* MSG_ZEROCOPY sends (stream_zerocopy.c): the next one's number, and
 	 * the range done and not yet read from the error queue. */

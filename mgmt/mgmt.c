@@ -57,6 +57,7 @@ struct cmd {
 	int fd;         /* CMD_LISTEN: a bound UDP socket to use, or -1 */
 	unsigned flags; /* CMD_LISTEN: MGMT_LISTEN_*; CMD_LISTEN_DORMANT: 1 = dormant */
 	bool sync; /* on the caller's stack; the caller waits for done */
+	bool cancelled; /* a connect still queued when its rpc was forgotten */
 	bool done;
 	bool repoll; /* set by cmd_run: the thread must build its poll set again */
 	int result;
@@ -258,6 +259,18 @@ static void sync_connect_done(void *ctx, int result)
 	cmd_finish(c->m, c);
 }
 
+/* A connect queued before its rpc is forgotten ends as one already under
+ * way does (mgmt_sess_forget): started after the forget, it would outlive
+ * the endpoint that asked for it. */
+static void queue_cancel_connects(struct mgmt *m, struct rpc *rpc)
+{
+	pthread_mutex_lock(&m->mu);
+	for (struct cmd *q = m->queue; q; q = q->next)
+		if (q->type == CMD_CONNECT && q->rpc == rpc)
+			q->cancelled = true;
+	pthread_mutex_unlock(&m->mu);
+}
+
 /* Runs c on the management thread. Returns true when c is finished (result
  * set); a connect finishes later through its waiter, and c must not be
  * touched after cmd_run returns false (it may be gone). */
@@ -301,6 +314,7 @@ static bool cmd_run(struct mgmt *m, struct cmd *c, uint64_t now)
 		c->repoll = true;
 		return true;
 	case CMD_FORGET:
+		queue_cancel_connects(m, c->rpc);
 		for (struct listener **lp = &m->listeners; *lp;) {
 			if ((*lp)->rpc == c->rpc)
 				listener_close(m, lp);
@@ -350,7 +364,7 @@ static bool commands(struct mgmt *m)
 	pthread_mutex_unlock(&m->mu);
 	while (c) {
 		struct cmd *next = c->next;
-		if (stop) {
+		if (stop || c->cancelled) {
 			c->result = -ECANCELED;
 			cmd_finish(m, c);
 		} else if (cmd_run(m, c, clock_now_ns())) {

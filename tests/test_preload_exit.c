@@ -128,8 +128,21 @@ Test(exit, bytes_written_before__Exit_arrive_then_eof, .timeout = 30)
  * the process, as a kernel connect in SYN_SENT does: the exit drain calls
  * the handshake off (mgmt_forget_rpc, as here), and that is no fallback and
  * no kernel connect made on the way out. The server is stopped, so its
- * handshake cannot answer first. */
-Test(exit, a_connect_in_its_handshake_at_exit_is_no_fallback, .timeout = 30)
+ * handshake cannot answer first. The connect is called off whether the
+ * management thread has taken it up (held_queued false: it runs freely) or
+ * it still waits in the thread's queue (held there by mgmt_hold). */
+static pid_t stopped_server;
+
+/* Runs however the test ends: a server left stopped outlives it otherwise. */
+static void kill_stopped_server(void)
+{
+	if (stopped_server > 0) {
+		kill(stopped_server, SIGKILL);
+		waitpid(stopped_server, NULL, 0);
+	}
+}
+
+static void called_off_connect(bool held_queued)
 {
 	env_udp();
 	/* The handshake ends only by being called off. */
@@ -154,16 +167,18 @@ Test(exit, a_connect_in_its_handshake_at_exit_is_no_fallback, .timeout = 30)
 	}
 	struct sockaddr_in a;
 	cr_assert_eq(read(ready[0], &a, sizeof(a)), (ssize_t)sizeof(a));
+	stopped_server = pid;
 	cr_assert_eq(kill(pid, SIGSTOP), 0);
+	if (held_queued)
+		mgmt_hold(ferry.mgmt);
 	int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
 	cr_assert_geq(c, 0);
 	cr_assert_eq(connect(c, (struct sockaddr *)&a, sizeof(a)), -1);
 	cr_assert_eq(errno, EINPROGRESS);
 	uint64_t fell = ferry_stats()->fallbacks;
-	/* The management thread takes the connect up first (a forget runs on
-	 * this thread at once). */
-	usleep(200 * 1000);
 	mgmt_forget_rpc(ferry.mgmt, ferry.rpc);
+	if (held_queued)
+		mgmt_release(ferry.mgmt);
 	struct pollfd p = {.fd = c, .events = POLLOUT};
 	cr_assert_eq(poll(&p, 1, 10000), 1, "the called-off connect never ended");
 	int err = 0;
@@ -176,8 +191,18 @@ Test(exit, a_connect_in_its_handshake_at_exit_is_no_fallback, .timeout = 30)
 	cr_expect_neq(getpeername(c, (struct sockaddr *)&peer, &pl), 0,
 		      "the called-off connect reached the server through the kernel");
 	close(c);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
+}
+
+Test(exit, a_connect_in_its_handshake_at_exit_is_no_fallback, .timeout = 30,
+     .fini = kill_stopped_server)
+{
+	called_off_connect(false);
+}
+
+Test(exit, a_connect_still_queued_at_exit_is_called_off_too, .timeout = 30,
+     .fini = kill_stopped_server)
+{
+	called_off_connect(true);
 }
 
 static bool drain_done; /* atomic */

@@ -149,6 +149,25 @@ Test(gobackn, a_nack_answers_the_packets_before_it)
 		     (unsigned long long)pair.st_a.retransmits);
 }
 
+/* B takes packets 0, 1 and 3 of 8 (2 is lost) only after A's timeout has
+ * gone back and sent packet 0 again as its probe: B's NACK for 2, late now,
+ * answers everything A had out, and A must send 2 on its word (the probe's
+ * credit return is a duplicate by then, and nothing is left to time out). */
+Test(gobackn, a_nack_that_comes_after_a_timeout_still_gets_its_packet)
+{
+	reopen(32);
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(pair.b), 3), 0); /* request packet 2 */
+	send_packets(8);
+	pair.cfg_a.rto_us = 1000;
+	for (unsigned i = 0; i < 100000000 && pair.st_a.retransmits == 0; i++) /* hang guard */
+		rpc_run_once(pair.a);
+	cr_assert_eq(pair.st_a.retransmits, 1, "the timeout probes with one packet");
+	pair.cfg_a.rto_us = 10000000;
+	turns(TURNS);
+	cr_assert_eq(completed, 1, "the late NACK's packet was never sent");
+	cr_assert_eq(executed, 1);
+}
+
 Test(gobackn, lost_response_packet_recovered_by_gap)
 {
 	/* The four request packets come in one pass, so the response answers

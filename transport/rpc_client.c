@@ -234,10 +234,12 @@ void client_on_answer(struct rpc *rpc, struct session *s, const struct pkt_info 
 		if (pi->pkt_num < cs->req_pkts && pi->pkt_num <= cs->high_tx)
 			while (cs->num_rx < pi->pkt_num)
 				ack_implied(s, cs);
-		if (!cs->rolled_back && cs->num_tx > cs->num_rx) {
+		if (!cs->rolled_back && cs->num_tx > cs->num_rx)
 			client_go_back(rpc, s, cs);
-			client_push(rpc, s, cs);
-		}
+		/* Also when it comes late, after a timeout went back: what it
+		 * answers may be all that was out, and nothing else would send
+		 * the packet it asks for. */
+		client_push(rpc, s, cs);
 		return;
 	}
 	uint32_t idx;

@@ -21,7 +21,8 @@ uint32_t stream_forks;
 static stream_ready_fn *ready_fn;
 
 /*
- * A closed stream keeps its port (ph_wait) until the peer's side ends. One
+ * A closed stream keeps its port (ph_wait) until the peer's side ends, and
+ * itself until the peer has all it wrote (stream_linger_over). One
  * whose peer keeps its side open for good (an orphaned FIN_WAIT2 in TCP's
  * terms) is given up after tcp_fin_timeout, as the kernel gives up on such
  * a socket: without a word (the kernel's FIN_WAIT2 entry just expires), so
@@ -303,9 +304,22 @@ static void stream_linger_end(struct stream *s)
 	stream_put(s);
 }
 
+/* A closed stream lingers (ph_wait) for its port until the peer's side
+ * ends, and for what it wrote until the peer says it has all of it: the
+ * last reply may ride in an answer, which only the peer's retransmission of
+ * its request brings again once lost, and only while this process is there
+ * to answer; its exit drain waits on it (stream_tx_undelivered). */
+static bool stream_linger_over(const struct stream *s)
+{
+	if (s->ended && !s->rx_fin) /* reset, refused or gone: nothing more arrives */
+		return true;
+	bool delivered = s->tx_delivered >= s->tx_seq || !rpc_session_is_up(s->rpc, s->session);
+	return delivered && (s->ended || s->ph_fd < 0);
+}
+
 void stream_unlinger(struct stream *s)
 {
-	if (s->ph_wait && s->ended)
+	if (s->ph_wait && stream_linger_over(s))
 		stream_linger_end(s);
 }
 
@@ -371,7 +385,8 @@ void stream_close(struct rpc *rpc, struct stream *s)
 	/* The port stays ours until the peer's side ended too: the peer's
 	 * application may hold its end of the connection for a while yet, and
 	 * no new connection may show the same pair of addresses meanwhile. */
-	if (s->ph_fd >= 0 && !s->ended && !s->ph_wait) {
+	if (!s->ph_wait && (s->ph_fd >= 0 || s->tx_delivered < s->tx_seq) &&
+	    !stream_linger_over(s)) {
 		s->ph_wait = true;
 		s->refs++;
 		st_nlinger++;

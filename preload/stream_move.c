@@ -160,6 +160,12 @@ void stream_handle_move(struct rpc *rpc, struct rpc_req *req, void *ctx)
 	if (!w)
 		return;
 	struct stream *s = stream_lookup(w->sid, rpc_req_session(req));
+	/* Our OPEN's answer is still on its way (lost, so a retransmission
+	 * brings it): the owner accepted and forked already, and asks again. */
+	if (s && !s->reset && s->state == STREAM_OPENING && w->value != 0) {
+		stream_respond_ack(rpc, req, -EAGAIN, NULL);
+		return;
+	}
 	if (!s || s->reset || s->state != STREAM_OPEN || w->value == 0) {
 		stream_respond_ack(rpc, req, -ECONNRESET, NULL);
 		return;

@@ -25,6 +25,7 @@
 #include "preload/stream_wire.h"
 #include "rpc_pair.h"
 #include "transport/clock.h"
+#include "transport/nic_test.h"
 #include "transport/sys.h"
 
 static struct rpc_pair P;
@@ -83,6 +84,12 @@ static void clean(void)
 static void patient(void)
 {
 	open_endpoints(NULL, 10000000);
+}
+
+/* Time to look at a stream between a loss and its retransmission. */
+static void slow_timeout(void)
+{
+	open_endpoints(NULL, 1000000);
 }
 
 static void lossy(void)
@@ -423,6 +430,56 @@ Test(stream, a_reply_rides_in_the_answer_to_its_request, .init = clean, .fini = 
 	cr_assert_eq(stream_tx_queued(s), 0);
 }
 
+static bool reply_and_fin_in(void *p)
+{
+	struct stream *c = p;
+	return c->rx_fin && rxbuf_avail(&c->rx) == 4;
+}
+
+static bool one_stream_left(void *p)
+{
+	(void)p;
+	return stream_count() == 1;
+}
+
+/* A server that replies and closes at once (inetd style, each of
+ * accept_burst's): its reply rides in the answer to the request, and if
+ * that answer is lost only the client's retransmission of its request
+ * brings it again, answered by the server's endpoint. The closed stream
+ * stays, and the exit drain waits on it (stream_delivery_pending), until
+ * the client says it has the reply; before, it went with the FIN's answer
+ * (which told of no reply yet) and a server that then exited lost it. */
+Test(stream, a_closed_stream_stays_until_the_reply_in_its_lost_answer_arrives, .init = clean,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7008, &c, &s);
+	stream_test_set_ack_delay(60ull * 1000000000ull); /* the client's word comes when asked */
+	struct iovec q = {"PING", 4};
+	cr_assert_eq(stream_send(P.a, c, &q, 1), 4);
+	stream_run_once(P.a);
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while (!(stream_mask(s) & EPOLLIN) && clock_now_ns() < end)
+		stream_run_once(P.b);
+	char buf[8];
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 4);
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(P.a), 1), 0); /* the answer, with the reply */
+	uint64_t b_reqs = P.st_b.requests_tx;
+	struct iovec a = {"PONG", 4};
+	cr_assert_eq(stream_send(P.b, s, &a, 1), 4);
+	cr_assert_eq(P.st_b.requests_tx, b_reqs, "the reply went in the answer");
+	stream_close(P.b, s);
+	cr_assert(pump_until(reply_and_fin_in, c), "the retransmitted answer brought the reply");
+	cr_assert_eq(stream_count(), 2, "the closed stream stays until the client has the reply");
+	cr_assert(stream_delivery_pending(P.b), "an exit now would wait for the client's word");
+	stream_test_set_ack_delay(0);
+	cr_assert(pump_until(one_stream_left, NULL), "the client's word lets it go");
+	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 4);
+	cr_assert_arr_eq(buf, "PONG", 4);
+	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 0, "then the end of the stream");
+}
+
 Test(stream, a_reply_too_long_for_the_answer_goes_on_as_data, .init = clean,
      .fini = close_endpoints, .timeout = 60)
 {
@@ -662,6 +719,55 @@ Test(stream, a_stream_moving_at_the_peers_word_keeps_its_process_ticking, .init 
 	cr_assert(s->moving, "the peer waits for the new owner");
 	cr_assert(stream_work_pending(), "a moving stream is work");
 	stream_detach(c); /* the new owner never comes */
+}
+
+static bool move_answered(void *p)
+{
+	struct stream *s = p;
+	return s->move_acked || s->move_retry || s->move_refused;
+}
+
+/* A server that accepts and forks at once (postgres) moves the stream
+ * while the client may not have the answer to its OPEN yet (lost: its
+ * retransmission brings it). The client must say "ask again", not reset
+ * the stream: under 5% loss, every pgbench -C run lost connections so. */
+Test(stream, a_move_before_the_open_is_answered_waits_for_the_answer, .init = slow_timeout,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(7400)};
+	struct listener *l = listener_add((struct sockaddr *)&la, sizeof(la), 16, test_file());
+	cr_assert_not_null(l);
+	struct sockaddr_in dst = la;
+	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(P.a), 1), 0); /* the OPEN's answer */
+	struct stream *c;
+	cr_assert_eq(stream_open(P.a, P.sa, test_file(), (struct sockaddr *)&dst, sizeof(dst),
+				 NULL, 0, &c),
+		     0);
+	for (int i = 0; i < 10 && !l->head; i++)
+		pump();
+	struct stream *s = listener_pop(l);
+	cr_assert_not_null(s, "accepted");
+	stream_set_file(s, test_file());
+	cr_assert_eq(c->state, STREAM_OPENING, "the answer was lost (and the timeout is 1 s)");
+	cr_assert_eq(stream_move_out(P.b, s, 42), 0);
+	cr_assert(pump_until(move_answered, s));
+	cr_assert_not(s->move_refused, "the client reset a stream it was still opening");
+	cr_assert(s->move_retry);
+	cr_assert_eq(c->state, STREAM_OPENING);
+	P.cfg_a.rto_us = 1000; /* the OPEN goes again */
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while (!s->move_acked && !s->move_refused && clock_now_ns() < end) {
+		if (s->move_retry) {
+			s->move_retry = false;
+			cr_assert_eq(stream_move_out(P.b, s, 42), 0);
+		}
+		pump();
+	}
+	cr_assert(s->move_acked, "the move went ahead once the OPEN was answered");
+	cr_assert_eq(c->state, STREAM_OPEN);
+	cr_assert(c->moving, "the client waits for the new owner");
+	stream_detach(s); /* the new owner never comes */
 }
 
 static bool rx_holds(void *p)

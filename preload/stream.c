@@ -305,16 +305,21 @@ static void stream_linger_end(struct stream *s)
 }
 
 /* A closed stream lingers (ph_wait) for its port until the peer's side
- * ends, and for what it wrote until the peer says it has all of it: the
- * last reply may ride in an answer, which only the peer's retransmission of
- * its request brings again once lost, and only while this process is there
- * to answer; its exit drain waits on it (stream_tx_undelivered). */
+ * ends, and for what it sent until the peer has it: the last reply, or the
+ * FIN, may ride in an answer, which only the peer's retransmission of its
+ * request brings again once lost, and only while this process is there to
+ * answer. The exit drain waits for the bytes (stream_tx_undelivered) and
+ * sends such a FIN again as a request (stream_fin_all); the peer's side
+ * ending says it had the FIN. */
 static bool stream_linger_over(const struct stream *s)
 {
-	if (s->ended && !s->rx_fin) /* reset, refused or gone: nothing more arrives */
+	if (!rpc_session_is_up(s->rpc, s->session))
 		return true;
-	bool delivered = s->tx_delivered >= s->tx_seq || !rpc_session_is_up(s->rpc, s->session);
-	return delivered && (s->ended || s->ph_fd < 0);
+	if (s->ended && !s->rx_fin) /* reset or refused: nothing more arrives */
+		return true;
+	if (s->tx_delivered < s->tx_seq)
+		return false;
+	return s->ended || (s->ph_fd < 0 && !s->fin_in_answer);
 }
 
 void stream_unlinger(struct stream *s)
@@ -385,7 +390,7 @@ void stream_close(struct rpc *rpc, struct stream *s)
 	/* The port stays ours until the peer's side ended too: the peer's
 	 * application may hold its end of the connection for a while yet, and
 	 * no new connection may show the same pair of addresses meanwhile. */
-	if (!s->ph_wait && (s->ph_fd >= 0 || s->tx_delivered < s->tx_seq) &&
+	if (!s->ph_wait && (s->ph_fd >= 0 || s->tx_delivered < s->tx_seq || s->fin_in_answer) &&
 	    !stream_linger_over(s)) {
 		s->ph_wait = true;
 		s->refs++;
@@ -455,9 +460,16 @@ void stream_fin_all(struct rpc *rpc)
 {
 	for (uint32_t i = 0; i < streams.used; i++) {
 		struct stream *s = streams.slots[i];
-		if (s && s->file && s->state == STREAM_OPEN && !s->reset && !s->fin_sent &&
+		if (!s || s->rpc != rpc)
+			continue;
+		if (s->file && s->state == STREAM_OPEN && !s->reset && !s->fin_sent &&
 		    stream_send_fin(rpc, s) == 0)
 			s->fin_sent = true;
+		/* A lost answer that carried it is lost for good once we are
+		 * gone: the peer would read a reset where it should read EOF. */
+		if (s->fin_in_answer && s->state == STREAM_OPEN && rpc_session_is_up(rpc, s->session) &&
+		    stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, stream_ctl_cont) == 0)
+			s->fin_in_answer = false;
 	}
 }
 

@@ -54,6 +54,9 @@ struct stream {
 	bool rx_fin;          /* peer shut its write side at fin_seq */
 	uint64_t fin_seq;
 	bool rd_shut, wr_shut, fin_sent;
+	/* Our FIN went in an answer, which comes again only as the answer to
+	 * the peer's retransmitted request: an exit sends it as a request. */
+	bool fin_in_answer;
 	struct rxbuf rx;
 	uint64_t rx_advertised; /* rx.head as the peer last heard it */
 	uint64_t rx_told;       /* rx.tail as the peer last heard it */
@@ -344,7 +347,8 @@ struct stream_stat {
  * there are (more than cap: the rest were left out). */
 size_t stream_stat_fill(struct stream_stat *out, size_t cap);
 
-/* Sends FIN on every open stream (at exit, so peers see EOF at once). */
+/* Sends FIN on every open stream (at exit, so peers see EOF at once), and
+ * again, as a request, where the last went in an answer. */
 void stream_fin_all(struct rpc *rpc);
 
 #endif

@@ -271,6 +271,7 @@ int stream_send_fin(struct rpc *rpc, struct stream *s)
 {
 	if (!s->held || !stream_answer_held(rpc, s, ACK_FIN, NULL, 0, 0))
 		return stream_send_ctl(rpc, s, STREAM_REQ_FIN, s->tx_seq, stream_ctl_cont);
+	s->fin_in_answer = true;
 	stream_defer_tx();
 	return 0;
 }

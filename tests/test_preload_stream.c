@@ -480,6 +480,42 @@ Test(stream, a_closed_stream_stays_until_the_reply_in_its_lost_answer_arrives, .
 	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 0, "then the end of the stream");
 }
 
+static bool fin_in(void *p)
+{
+	struct stream *c = p;
+	return c->rx_fin;
+}
+
+/* A server that closes as it answers (its FIN in the answer to the
+ * client's DATA) and exits at once: were that answer lost, only the
+ * client's retransmission would bring it again, from a server gone by
+ * then, and the client would read a reset. The exit's FIN pass sends the
+ * FIN again as a request, which the drain waits for. */
+Test(stream, an_exit_sends_again_a_fin_that_went_in_a_lost_answer, .init = patient,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	stream_pair(7009, &c, &s);
+	stream_test_set_ack_delay(60ull * 1000000000ull);
+	struct iovec q = {"QUIT", 4};
+	cr_assert_eq(stream_send(P.a, c, &q, 1), 4);
+	stream_run_once(P.a);
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while (!(stream_mask(s) & EPOLLIN) && clock_now_ns() < end)
+		stream_run_once(P.b);
+	char buf[8];
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 4);
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(P.a), 1), 0); /* the answer, with the FIN */
+	uint64_t b_reqs = P.st_b.requests_tx;
+	stream_close(P.b, s);
+	cr_assert_eq(P.st_b.requests_tx, b_reqs, "the FIN went in the answer");
+	stream_fin_all(P.b); /* the exit drain's first step */
+	cr_assert_eq(P.st_b.requests_tx, b_reqs + 1, "the exit sends the FIN again as a request");
+	cr_assert(pump_until(fin_in, c), "the FIN arrived without the client's retransmission");
+	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 0, "the client reads the end of the stream");
+}
+
 Test(stream, a_reply_too_long_for_the_answer_goes_on_as_data, .init = clean,
      .fini = close_endpoints, .timeout = 60)
 {

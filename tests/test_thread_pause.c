@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,12 +24,14 @@ struct worker {
 	int stop;             /* atomic */
 	int spin;             /* atomic: keep working (holding work) while set */
 	int working;          /* atomic: inside the work, past the pause point */
+	pid_t tid;            /* atomic: the worker's thread id */
 	pthread_t thread;
 };
 
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
+	__atomic_store_n(&w->tid, gettid(), __ATOMIC_RELEASE);
 	/* Its only pause points are around its sleep: it works as soon as it
 	 * wakes, as mgmt_main reads its sockets. */
 	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
@@ -104,12 +108,37 @@ static bool ran_while_held(struct worker *w)
 	return rounds(w) != before;
 }
 
-/* Until the worker is asleep in poll (it marks the sleep just before). */
+/* The kernel's word on the worker: 'S' while it sleeps in poll. */
+static char task_state(struct worker *w)
+{
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat",
+		 (int)__atomic_load_n(&w->tid, __ATOMIC_ACQUIRE));
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return '?';
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *paren = strrchr(buf, ')'); /* the name may hold spaces */
+	return paren && paren[1] == ' ' ? paren[2] : '?';
+}
+
+/* Until the worker is asleep in poll with no poke left to wake it: it marks
+ * the sleep just before poll, and a poke from wait_past may still be in
+ * the eventfd (it would wake the worker at once, held or not). */
 static void wait_asleep(struct worker *w)
 {
-	for (int i = 0; i < 100000 && !__atomic_load_n(&w->pause.asleep, __ATOMIC_ACQUIRE); i++)
-		usleep(100);
-	cr_assert(__atomic_load_n(&w->pause.asleep, __ATOMIC_ACQUIRE), "the worker never slept");
+	bool asleep = false;
+	for (int i = 0; i < 100000 && !asleep; i++) {
+		uint64_t v;
+		ssize_t r = read(w->wake, &v, sizeof(v)); /* a poke not yet taken */
+		(void)r;
+		asleep = __atomic_load_n(&w->pause.asleep, __ATOMIC_ACQUIRE) && task_state(w) == 'S';
+		if (!asleep)
+			usleep(100);
+	}
+	cr_assert(asleep, "the worker never slept");
 }
 
 static bool parked(struct worker *w)

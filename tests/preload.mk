@@ -9,8 +9,8 @@ tests_sockets_sockcheck_SOURCES += tests/sockets/scen_handover.c
 tests_sockets_sockcheck_SOURCES += tests/sockets/scen_liveness.c tests/sockets/scen_bind.c \
 	tests/sockets/scen_signals.c tests/sockets/scen_urgent.c \
 	tests/sockets/scen_errqueue.c tests/sockets/scen_lowat.c
-TESTS += tests/sockets/check.sh
-EXTRA_DIST += tests/sockets/check.sh tests/integration/lib.sh
+TESTS += tests/sockets/check.sh tests/sockets/lossy.sh
+EXTRA_DIST += tests/sockets/check.sh tests/sockets/lossy.sh tests/integration/lib.sh
 # tests/integration: real servers and clients preloaded (transport: FERRY_TEST_TRANSPORT, default udp).
 check_PROGRAMS += tests/integration/tcpcat tests/integration/connhold tests/integration/procserve
 check_PROGRAMS += tests/integration/stdioline

@@ -65,7 +65,17 @@ static void open_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 			s->peer_window = r->window;
 		}
 	}
-	if ((err == ESTALE || status < 0) && stream_open_again(s)) {
+	/* The answer was lost and the session ended before our OPEN went again
+	 * (the peer accepted, wrote, closed and left): its bytes or its FIN
+	 * say it accepted, so the connect succeeded, as the kernel's does at
+	 * the SYN-ACK, and the session's end tells the rest (EOF after a FIN). */
+	bool taken = status < 0 && (s->rx.tail > 0 || s->rx_fin);
+	if (taken) {
+		s->state = STREAM_OPEN;
+		s->established = true;
+		stats_inc(ferry_stats()->streams_connected);
+		stream_notify(s, EPOLLOUT);
+	} else if ((err == ESTALE || status < 0) && stream_open_again(s)) {
 		/* sent elsewhere */
 	} else if (err) {
 		s->state = STREAM_FAILED;

@@ -775,10 +775,12 @@ Test(stream, a_move_before_the_open_is_answered_waits_for_the_answer, .init = sl
 	cr_assert_not_null(l);
 	struct sockaddr_in dst = la;
 	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	struct sockaddr_in src = dst;
+	src.sin_port = htons(8400);
 	cr_assert_eq(nic_test_lose_arrival(rpc_nic(P.a), 1), 0); /* the OPEN's answer */
 	struct stream *c;
 	cr_assert_eq(stream_open(P.a, P.sa, test_file(), (struct sockaddr *)&dst, sizeof(dst),
-				 NULL, 0, &c),
+				 (struct sockaddr *)&src, sizeof(src), &c),
 		     0);
 	for (int i = 0; i < 10 && !l->head; i++)
 		pump();
@@ -804,6 +806,51 @@ Test(stream, a_move_before_the_open_is_answered_waits_for_the_answer, .init = sl
 	cr_assert_eq(c->state, STREAM_OPEN);
 	cr_assert(c->moving, "the client waits for the new owner");
 	stream_detach(s); /* the new owner never comes */
+}
+
+static bool bytes_and_fin_in(void *p)
+{
+	struct stream *c = p;
+	return c->rx_fin && rxbuf_avail(&c->rx) == 2;
+}
+
+/* The server accepts, writes, closes and leaves while the answer to the
+ * client's OPEN is lost: its bytes and FIN say it accepted, so when the
+ * session ends the connect has succeeded and the reads get the bytes, then
+ * EOF, as after a kernel's SYN-ACK. Before, the connect said refused. */
+Test(stream, an_open_whose_answer_was_lost_is_taken_by_the_peers_bytes, .init = patient,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(7410)};
+	struct listener *l = listener_add((struct sockaddr *)&la, sizeof(la), 16, test_file());
+	cr_assert_not_null(l);
+	struct sockaddr_in dst = la;
+	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	struct sockaddr_in src = dst;
+	src.sin_port = htons(8410);
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(P.a), 1), 0); /* the OPEN's answer */
+	struct stream *c;
+	cr_assert_eq(stream_open(P.a, P.sa, test_file(), (struct sockaddr *)&dst, sizeof(dst),
+				 (struct sockaddr *)&src, sizeof(src), &c),
+		     0);
+	for (int i = 0; i < 10 && !l->head; i++)
+		pump();
+	struct stream *s = listener_pop(l);
+	cr_assert_not_null(s, "accepted");
+	stream_set_file(s, test_file());
+	struct iovec hi = {"hi", 2};
+	cr_assert_eq(stream_send(P.b, s, &hi, 1), 2);
+	stream_close(P.b, s);
+	cr_assert(pump_until(bytes_and_fin_in, c));
+	cr_assert_eq(c->state, STREAM_OPENING, "the OPEN's answer was lost (the timeout is 10 s)");
+	rpc_session_reset(P.a, P.sa, -ENOTCONN); /* the server's process went away */
+	cr_assert(c->established, "its bytes said the server accepted: the connect succeeded");
+	cr_assert_eq(c->err, 0, "a clean end, not a refusal");
+	char buf[4];
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 2);
+	cr_assert_arr_eq(buf, "hi", 2);
+	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 0, "then the end of the stream");
 }
 
 static bool rx_holds(void *p)

@@ -394,6 +394,24 @@ Test(stream, a_long_write_goes_in_requests_of_whole_packets, .init = patient,
 	cr_assert_arr_eq(in, out, total);
 }
 
+/* c sends a short request, and s takes it in and reads it, with only b's
+ * passes once it left: a pass of a's after it would have b answer it
+ * plainly, before s writes anything. The answer stays held for s's reply. */
+static void held_request(struct stream *c, struct stream *s, const char *req)
+{
+	size_t n = strlen(req);
+	struct iovec q = {(void *)req, n};
+	cr_assert_eq(stream_send(P.a, c, &q, 1), (ssize_t)n);
+	stream_run_once(P.a);
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
+	while (!(stream_mask(s) & EPOLLIN) && clock_now_ns() < end)
+		stream_run_once(P.b);
+	char buf[16];
+	struct iovec r = {buf, sizeof(buf)};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), (ssize_t)n);
+	cr_assert_arr_eq(buf, req, n);
+}
+
 Test(stream, a_reply_rides_in_the_answer_to_its_request, .init = clean, .fini = close_endpoints,
      .timeout = 60)
 {
@@ -403,17 +421,9 @@ Test(stream, a_reply_rides_in_the_answer_to_its_request, .init = clean, .fini = 
 	 * valgrind, would outlast the real 1 ms). */
 	stream_test_set_ack_delay(60ull * 1000000000ull);
 	uint64_t a_pkts = P.st_a.pkts_tx, b_pkts = P.st_b.pkts_tx, b_reqs = P.st_b.requests_tx;
-	struct iovec q = {"PING", 4};
-	cr_assert_eq(stream_send(P.a, c, &q, 1), 4);
-	stream_run_once(P.a);
-	/* Only b's passes until the request is in: a pass after it would
-	 * answer it plainly, the reply not written yet. */
-	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
-	while (!(stream_mask(s) & EPOLLIN) && clock_now_ns() < end)
-		stream_run_once(P.b);
+	held_request(c, s, "PING");
 	char buf[8];
 	struct iovec r = {buf, sizeof(buf)};
-	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 4);
 	struct iovec a = {"PONG", 4};
 	cr_assert_eq(stream_send(P.b, s, &a, 1), 4);
 	cr_assert(pump_until(readable, c));
@@ -455,15 +465,9 @@ Test(stream, a_closed_stream_stays_until_the_reply_in_its_lost_answer_arrives, .
 	struct stream *c, *s;
 	stream_pair(7008, &c, &s);
 	stream_test_set_ack_delay(60ull * 1000000000ull); /* the client's word comes when asked */
-	struct iovec q = {"PING", 4};
-	cr_assert_eq(stream_send(P.a, c, &q, 1), 4);
-	stream_run_once(P.a);
-	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
-	while (!(stream_mask(s) & EPOLLIN) && clock_now_ns() < end)
-		stream_run_once(P.b);
+	held_request(c, s, "PING");
 	char buf[8];
 	struct iovec r = {buf, sizeof(buf)};
-	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 4);
 	cr_assert_eq(nic_test_lose_arrival(rpc_nic(P.a), 1), 0); /* the answer, with the reply */
 	uint64_t b_reqs = P.st_b.requests_tx;
 	struct iovec a = {"PONG", 4};
@@ -480,7 +484,7 @@ Test(stream, a_closed_stream_stays_until_the_reply_in_its_lost_answer_arrives, .
 	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 0, "then the end of the stream");
 }
 
-static bool fin_in(void *p)
+static bool eof(void *p)
 {
 	struct stream *c = p;
 	return c->rx_fin;
@@ -497,22 +501,16 @@ Test(stream, an_exit_sends_again_a_fin_that_went_in_a_lost_answer, .init = patie
 	struct stream *c, *s;
 	stream_pair(7009, &c, &s);
 	stream_test_set_ack_delay(60ull * 1000000000ull);
-	struct iovec q = {"QUIT", 4};
-	cr_assert_eq(stream_send(P.a, c, &q, 1), 4);
-	stream_run_once(P.a);
-	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
-	while (!(stream_mask(s) & EPOLLIN) && clock_now_ns() < end)
-		stream_run_once(P.b);
+	held_request(c, s, "QUIT");
 	char buf[8];
 	struct iovec r = {buf, sizeof(buf)};
-	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 4);
 	cr_assert_eq(nic_test_lose_arrival(rpc_nic(P.a), 1), 0); /* the answer, with the FIN */
 	uint64_t b_reqs = P.st_b.requests_tx;
 	stream_close(P.b, s);
 	cr_assert_eq(P.st_b.requests_tx, b_reqs, "the FIN went in the answer");
 	stream_fin_all(P.b); /* the exit drain's first step */
 	cr_assert_eq(P.st_b.requests_tx, b_reqs + 1, "the exit sends the FIN again as a request");
-	cr_assert(pump_until(fin_in, c), "the FIN arrived without the client's retransmission");
+	cr_assert(pump_until(eof, c), "the FIN arrived without the client's retransmission");
 	cr_assert_eq(stream_recv(P.a, c, &r, 1, 0), 0, "the client reads the end of the stream");
 }
 
@@ -521,22 +519,14 @@ Test(stream, a_reply_too_long_for_the_answer_goes_on_as_data, .init = clean,
 {
 	struct stream *c, *s;
 	stream_pair(7007, &c, &s);
-	struct iovec q = {"GET", 3};
-	cr_assert_eq(stream_send(P.a, c, &q, 1), 3);
-	stream_run_once(P.a);
-	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
-	while (!(stream_mask(s) & EPOLLIN) && clock_now_ns() < end)
-		stream_run_once(P.b);
-	char buf[4];
-	struct iovec r = {buf, sizeof(buf)};
-	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), 3);
+	held_request(c, s, "GET");
 	static uint8_t big[100000], got[100000];
 	for (size_t i = 0; i < sizeof(big); i++)
 		big[i] = pattern(i);
 	struct iovec a = {big, sizeof(big)};
 	cr_assert_eq(stream_send(P.b, s, &a, 1), (ssize_t)sizeof(big));
 	size_t n = 0;
-	end = clock_now_ns() + 20ull * 1000000000ull;
+	uint64_t end = clock_now_ns() + 20ull * 1000000000ull;
 	while (n < sizeof(big) && clock_now_ns() < end) {
 		pump();
 		struct iovec g = {got + n, sizeof(got) - n};
@@ -547,12 +537,6 @@ Test(stream, a_reply_too_long_for_the_answer_goes_on_as_data, .init = clean,
 	}
 	cr_assert_eq(n, sizeof(big));
 	cr_assert_arr_eq(got, big, sizeof(big), "answer bytes and DATA in order");
-}
-
-static bool eof(void *p)
-{
-	struct stream *c = p;
-	return c->rx_fin;
 }
 
 Test(stream, a_close_answering_the_peers_fin_rides_in_its_answer, .init = clean,
@@ -757,6 +741,28 @@ Test(stream, a_stream_moving_at_the_peers_word_keeps_its_process_ticking, .init 
 	stream_detach(c); /* the new owner never comes */
 }
 
+/* A connected pair as stream_pair makes, but the answer to c's OPEN is
+ * lost on its way: s is accepted while c still opens (until its timeout). */
+static void pair_losing_the_open_answer(uint16_t port, struct stream **c, struct stream **s)
+{
+	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(port)};
+	struct listener *l = listener_add((struct sockaddr *)&la, sizeof(la), 16, test_file());
+	cr_assert_not_null(l);
+	struct sockaddr_in dst = la;
+	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	struct sockaddr_in src = dst;
+	src.sin_port = htons((uint16_t)(port + 1000));
+	cr_assert_eq(nic_test_lose_arrival(rpc_nic(P.a), 1), 0);
+	cr_assert_eq(stream_open(P.a, P.sa, test_file(), (struct sockaddr *)&dst, sizeof(dst),
+				 (struct sockaddr *)&src, sizeof(src), c),
+		     0);
+	for (int i = 0; i < 10 && !l->head; i++)
+		pump();
+	*s = listener_pop(l);
+	cr_assert_not_null(*s, "accepted");
+	stream_set_file(*s, test_file());
+}
+
 static bool move_answered(void *p)
 {
 	struct stream *s = p;
@@ -770,23 +776,8 @@ static bool move_answered(void *p)
 Test(stream, a_move_before_the_open_is_answered_waits_for_the_answer, .init = slow_timeout,
      .fini = close_endpoints, .timeout = 60)
 {
-	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(7400)};
-	struct listener *l = listener_add((struct sockaddr *)&la, sizeof(la), 16, test_file());
-	cr_assert_not_null(l);
-	struct sockaddr_in dst = la;
-	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	struct sockaddr_in src = dst;
-	src.sin_port = htons(8400);
-	cr_assert_eq(nic_test_lose_arrival(rpc_nic(P.a), 1), 0); /* the OPEN's answer */
-	struct stream *c;
-	cr_assert_eq(stream_open(P.a, P.sa, test_file(), (struct sockaddr *)&dst, sizeof(dst),
-				 (struct sockaddr *)&src, sizeof(src), &c),
-		     0);
-	for (int i = 0; i < 10 && !l->head; i++)
-		pump();
-	struct stream *s = listener_pop(l);
-	cr_assert_not_null(s, "accepted");
-	stream_set_file(s, test_file());
+	struct stream *c, *s;
+	pair_losing_the_open_answer(7400, &c, &s);
 	cr_assert_eq(c->state, STREAM_OPENING, "the answer was lost (and the timeout is 1 s)");
 	cr_assert_eq(stream_move_out(P.b, s, 42), 0);
 	cr_assert(pump_until(move_answered, s));
@@ -821,23 +812,8 @@ static bool bytes_and_fin_in(void *p)
 Test(stream, an_open_whose_answer_was_lost_is_taken_by_the_peers_bytes, .init = patient,
      .fini = close_endpoints, .timeout = 60)
 {
-	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(7410)};
-	struct listener *l = listener_add((struct sockaddr *)&la, sizeof(la), 16, test_file());
-	cr_assert_not_null(l);
-	struct sockaddr_in dst = la;
-	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	struct sockaddr_in src = dst;
-	src.sin_port = htons(8410);
-	cr_assert_eq(nic_test_lose_arrival(rpc_nic(P.a), 1), 0); /* the OPEN's answer */
-	struct stream *c;
-	cr_assert_eq(stream_open(P.a, P.sa, test_file(), (struct sockaddr *)&dst, sizeof(dst),
-				 (struct sockaddr *)&src, sizeof(src), &c),
-		     0);
-	for (int i = 0; i < 10 && !l->head; i++)
-		pump();
-	struct stream *s = listener_pop(l);
-	cr_assert_not_null(s, "accepted");
-	stream_set_file(s, test_file());
+	struct stream *c, *s;
+	pair_losing_the_open_answer(7410, &c, &s);
 	struct iovec hi = {"hi", 2};
 	cr_assert_eq(stream_send(P.b, s, &hi, 1), 2);
 	stream_close(P.b, s);

@@ -389,9 +389,9 @@ void stream_close(struct rpc *rpc, struct stream *s)
 	s->reset = true; /* nothing more for the application */
 	/* The port stays ours until the peer's side ended too: the peer's
 	 * application may hold its end of the connection for a while yet, and
-	 * no new connection may show the same pair of addresses meanwhile. */
-	if (!s->ph_wait && (s->ph_fd >= 0 || s->tx_delivered < s->tx_seq || s->fin_in_answer) &&
-	    !stream_linger_over(s)) {
+	 * no new connection may show the same pair of addresses meanwhile. The
+	 * stream stays until the peer has what it sent (stream_linger_over). */
+	if (!s->ph_wait && !stream_linger_over(s)) {
 		s->ph_wait = true;
 		s->refs++;
 		st_nlinger++;

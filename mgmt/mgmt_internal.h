@@ -53,6 +53,11 @@ struct mpeer {
 	int pidfd;
 	bool pinged;
 	bool gone; /* it had exited before it could be watched */
+	/* Watched once the datagram that made it is answered (mgmt_on_datagram):
+	 * opening the pidfd and reading /proc took 30-60 us of a fork child's
+	 * handshake, both ways, before its answer or its connect went on. */
+	bool watch_due;
+	struct mgmt_proc proc; /* who it says it is, for that watch */
 };
 
 /* A live session mgmt made (a closed server session leaves a struct mtomb). */

@@ -171,7 +171,8 @@ static struct mpeer *peer_get(struct mgmt *m, uint64_t uuid, const struct mgmt_a
 		p->next = m->peers;
 		m->peers = p;
 		p->next_ping_ns = now + (uint64_t)m->cfg->heartbeat_ms * MGMT_MS;
-		peer_watch(m, p, proc);
+		p->proc = *proc;
+		p->watch_due = true;
 	}
 	if (!p->addr_from_ping)
 		p->addr = *seen;
@@ -624,8 +625,8 @@ static void on_connect_req(struct mgmt *m, struct rpc *rpc, int fd, const struct
 
 /* ---- datagrams ---- */
 
-void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t *buf, size_t len,
-		      const struct sockaddr *src, socklen_t srclen, uint64_t now)
+static void on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t *buf, size_t len,
+			const struct sockaddr *src, socklen_t srclen, uint64_t now)
 {
 	struct mgmt_msg msg;
 	struct mgmt_addr from;
@@ -685,6 +686,19 @@ void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t 
 		m->offer_fn(m->offer_ctx, (const struct sockaddr *)&l->bound.ss, l->bound.len, &o);
 		break;
 	}
+	}
+}
+
+void mgmt_on_datagram(struct mgmt *m, int fd, struct listener *l, const uint8_t *buf, size_t len,
+		      const struct sockaddr *src, socklen_t srclen, uint64_t now)
+{
+	on_datagram(m, fd, l, buf, len, src, srclen, now);
+	/* After the answer (or the connect's waiter) has gone on (see struct
+	 * mpeer): only a datagram makes a peer, first in the list. */
+	struct mpeer *p = m->peers;
+	if (p && p->watch_due) {
+		p->watch_due = false;
+		peer_watch(m, p, &p->proc);
 	}
 }
 

@@ -248,7 +248,7 @@ static void ferry_widened(void *ctx)
 	progress_nic_replaced();
 }
 
-static void ferry_start_locked(void)
+static void ferry_start_locked(void (*first_use)(void *arg), void *arg)
 {
 	if (!ferry.cfg_kept && !ferry_read_config()) {
 		__atomic_store_n(&ferry.state, FERRY_OFF, __ATOMIC_RELEASE);
@@ -298,6 +298,8 @@ static void ferry_start_locked(void)
 		mgmt_set_offer_handler(ferry.mgmt, lshare_on_offer, NULL);
 		mgmt_set_widen_handler(ferry.mgmt, ferry_widened, NULL);
 	}
+	if (rc == 0 && first_use)
+		first_use(arg);
 	if (rc == 0)
 		rc = progress_start(ferry.rpc, &ferry.cfg, ferry.pcfg.spin_us);
 	if (rc) {
@@ -322,6 +324,11 @@ static void ferry_start_locked(void)
 
 bool ferry_up(void)
 {
+	return ferry_up_then(NULL, NULL);
+}
+
+bool ferry_up_then(void (*first_use)(void *arg), void *arg)
+{
 	enum ferry_state st = ferry_state();
 	if (st == FERRY_ON)
 		return true;
@@ -330,7 +337,7 @@ bool ferry_up(void)
 	pthread_mutex_lock(&ferry_start_lock);
 	if (ferry_state() == FERRY_UNINIT) {
 		ferry_internal_enter();
-		ferry_start_locked();
+		ferry_start_locked(first_use, arg);
 		ferry_internal_leave();
 	}
 	pthread_mutex_unlock(&ferry_start_lock);

@@ -55,6 +55,11 @@ static inline enum ferry_state ferry_state(void)
 
 /* Starts ferry if this is the first eligible call; true when it is on. */
 bool ferry_up(void);
+/* ferry_up; when this very call starts ferry, first_use(arg) runs as soon
+ * as the endpoint and its management thread exist, before the progress
+ * thread starts (a fork child dials its stream's peer there: the handshake
+ * then runs while the start finishes). */
+bool ferry_up_then(void (*first_use)(void *arg), void *arg);
 
 /* Counters: the nexus's when running, a local set otherwise. */
 struct ferry_stats *ferry_stats(void);

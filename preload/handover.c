@@ -788,17 +788,32 @@ static void ho_dialled(void *ctx, int result)
 	(void)result;
 }
 
+static unsigned ho_dial_ms(void)
+{
+	return ferry.cfg.connect_timeout_ms > HO_ATTACH_CONNECT_MS ? ferry.cfg.connect_timeout_ms
+								   : HO_ATTACH_CONNECT_MS;
+}
+
+struct ho_early {
+	const struct fsock *sk;
+	bool dialled;
+};
+
 /* Starts the peer's handshake now if the fork left its address, so it runs
  * while the owner stops the stream: the connect after the owner's answer
  * joins it, or finds the session it made (mgmt shares a handshake in
- * progress, and a live session, per address). */
-static void ho_dial_early(const struct fsock *sk, unsigned timeout_ms)
+ * progress, and a live session, per address). Called from this process's
+ * ferry start when the adoption starts it (ferry_up_then): the handshake
+ * then also overlaps the start of the progress thread. */
+static void ho_dial_early(void *arg)
 {
-	if (!sk->remote_mgmt_len)
+	struct ho_early *e = arg;
+	if (e->dialled || !e->sk->remote_mgmt_len)
 		return;
+	e->dialled = true;
 	ferry_internal_enter();
-	mgmt_connect_async(ferry.mgmt, ferry.rpc, (const struct sockaddr *)&sk->remote_mgmt,
-			   sk->remote_mgmt_len, timeout_ms, ho_dialled, NULL);
+	mgmt_connect_async(ferry.mgmt, ferry.rpc, (const struct sockaddr *)&e->sk->remote_mgmt,
+			   e->sk->remote_mgmt_len, ho_dial_ms(), ho_dialled, NULL);
 	ferry_internal_leave();
 }
 
@@ -824,13 +839,12 @@ void handover_adopt(struct ffile *f)
 		ferry_internal_leave();
 		rc = fd < 0 ? fd : 0;
 	}
-	if (rc == 0 && !ferry_up())
+	struct ho_early early = {.sk = sk};
+	if (rc == 0 && !ferry_up_then(ho_dial_early, &early))
 		rc = -ENOTCONN;
-	unsigned dial_ms = ferry.cfg.connect_timeout_ms > HO_ATTACH_CONNECT_MS
-				   ? ferry.cfg.connect_timeout_ms
-				   : HO_ATTACH_CONNECT_MS;
+	unsigned dial_ms = ho_dial_ms();
 	if (rc == 0) {
-		ho_dial_early(sk, dial_ms);
+		ho_dial_early(&early); /* ferry was on already */
 		ferry_internal_enter();
 		rc = ho_answer(fd, &resp, bytes);
 		ferry_internal_leave();

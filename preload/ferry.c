@@ -65,10 +65,11 @@ void ferry_unlock(void)
 		rpc_flush(ferry.rpc);
 	}
 	if (--ferry_lock_depth == 0) {
+		bool busy = rpc_busy(ferry.rpc);
 		rpc_unlock(ferry.rpc);
 		txdefer_end();
-		if (stream_tx_deferred())
-			progress_note_deferred();
+		if (busy || stream_tx_deferred())
+			progress_note_work();
 	}
 	ferry_internal_leave();
 }

@@ -19,10 +19,12 @@ void progress_request_dump(void);
 /* The nic's notify fd now names another socket (mgmt_set_widen_handler):
  * the thread registers it again. Any thread. */
 void progress_nic_replaced(void);
-/* Writes were deferred: make sure the thread will send them if the
- * application does not come back to ferry soon (a write then a sleep in
- * some other call). Cheap unless the thread is in a long sleep. */
-void progress_note_deferred(void);
+/* Writes were deferred, or requests are in flight: make sure the thread
+ * sends them, and runs their retransmission timers, if the application
+ * does not come back to ferry soon (a write then a sleep in some other
+ * call, or a sleep in ferry, which has no timer of its own). Cheap unless
+ * the thread is in a sleep without a timeout. */
+void progress_note_work(void);
 /* Holds the thread still where it holds nothing, until progress_release
  * (fork: transport/thread_pause.h); at once when there is none. */
 void progress_hold(void);

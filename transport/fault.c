@@ -19,10 +19,20 @@ static uint64_t next_u64(struct fault *f)
 	return z ^ (z >> 31);
 }
 
+void fault_drop_next(struct fault *f, unsigned n)
+{
+	f->drop_next = n;
+	f->enabled = f->enabled || n > 0;
+}
+
 enum fault_action fault_next(struct fault *f)
 {
 	if (!f->enabled)
 		return FAULT_PASS;
+	if (f->drop_next) {
+		f->drop_next--;
+		return FAULT_DROP;
+	}
 	double x = (double)(next_u64(f) >> 11) * (1.0 / 9007199254740992.0);
 	if (x < f->cfg.drop)
 		return FAULT_DROP;

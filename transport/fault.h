@@ -24,11 +24,16 @@ struct fault {
 	struct ferry_fault_config cfg;
 	uint64_t rng;
 	bool enabled;
+	unsigned drop_next; /* these many arriving next are dropped (fault_drop_next) */
 };
 
 void fault_init(struct fault *f, const struct ferry_fault_config *cfg);
 
 /* The fate of the next packet. */
 enum fault_action fault_next(struct fault *f);
+
+/* Tests: the next n packets to arrive are dropped, whatever the rest of
+ * the configuration says. */
+void fault_drop_next(struct fault *f, unsigned n);
 
 #endif

@@ -308,6 +308,15 @@ void rpc_run_for_us(struct rpc *rpc, uint64_t us)
 
 bool rpc_busy(const struct rpc *rpc) { return rpc->active != NULL || rpc->has_held; }
 
+int rpc_fault_drop_next(struct rpc *rpc, unsigned n)
+{
+	/* A reordering configuration holds packets in held_pkt. */
+	if (!rpc->held_pkt && !(rpc->held_pkt = malloc(rpc->nic->max_pkt_size)))
+		return -ENOMEM;
+	fault_drop_next(&rpc->fault, n);
+	return 0;
+}
+
 bool rpc_busy_with_live_peers(const struct rpc *rpc)
 {
 	if (rpc->has_held)

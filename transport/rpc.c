@@ -329,6 +329,12 @@ bool rpc_busy_with_live_peers(const struct rpc *rpc)
 
 uint64_t rpc_pass_clock(const struct rpc *rpc) { return rpc->now_ns; }
 
+void rpc_clock_update(struct rpc *rpc)
+{
+	rpc->now_ns = clock_now_ns();
+	rpc->idle_passes = 0;
+}
+
 int rpc_notify_fd(const struct rpc *rpc) { return nic_notify_fd(rpc->nic); }
 int rpc_arm_notify(struct rpc *rpc) { return nic_arm_notify(rpc->nic); }
 bool rpc_rx_syscall(const struct rpc *rpc) { return rpc->nic->rx_syscall; }

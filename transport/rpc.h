@@ -132,6 +132,9 @@ bool rpc_busy_with_live_peers(const struct rpc *rpc);
 /* The clock (clock_now_ns) as the last pass read it: an idle pass reads it
  * only now and then, so it may lag by a few passes. */
 uint64_t rpc_pass_clock(const struct rpc *rpc);
+/* Reads the clock for the next pass: one that comes only once a tick (a
+ * background thread's) would otherwise see its timers a dozen ticks late. */
+void rpc_clock_update(struct rpc *rpc);
 
 /* Sleeping: rpc_arm_notify() then poll(rpc_notify_fd()) if it returned 0. */
 int rpc_notify_fd(const struct rpc *rpc);

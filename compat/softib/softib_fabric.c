@@ -472,7 +472,7 @@ int sib_fabric_qp_create(struct sib_context *c, struct sib_qp *qp, uint32_t nslo
 	struct sib_dir_entry *e = &s->dir[slot];
 	e->qpn = qpn;
 	e->pid = getpid();
-	e->start_time = procinfo_start_time(e->pid);
+	e->start_time = procinfo_start_time(0); /* ours, read once per process */
 	e->pidns = sib_pidns();
 	__atomic_store_n(&e->live, 1, __ATOMIC_RELEASE);
 	sib_shm_unlock(&s->lock);

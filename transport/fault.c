@@ -8,6 +8,7 @@ void fault_init(struct fault *f, const struct ferry_fault_config *cfg)
 	f->cfg = *cfg;
 	f->rng = cfg->seed ? cfg->seed : 1;
 	f->enabled = cfg->drop > 0 || cfg->dup > 0 || cfg->reorder > 0;
+	f->drop_next = 0;
 }
 
 /* splitmix64: small, fast and good enough for choosing fates. */

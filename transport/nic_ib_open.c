@@ -345,10 +345,6 @@ struct nic *nic_ib_open(const struct ferry_config *cfg, struct ferry_stats *stat
 	}
 	ib->credits = ferry_session_credits(cfg, ib->base.max_pkt_size);
 	ib->base.max_session_credits = ib->credits;
-	/* Packets count as full-sized until some arrive: posting the whole
-	 * ring (softib: 1024 receives at 64 KiB) took 155 us of every fork
-	 * child's first read, where its one session needs a few dozen. */
-	ib->rx_avg_len = ib->base.max_pkt_size;
 	ib_set_rq_need(ib);
 
 	errno = 0;

@@ -258,10 +258,8 @@ unsigned rpc_run_once(struct rpc *rpc)
 	/* Reading the clock costs more than an empty poll of a user-space
 	 * ring; timers are coarse (a quarter of the timeout), so an idle loop
 	 * reads it every 16th pass. Paced packets need it every pass. */
-	if (n || wheel_count(rpc->wheel) || ++rpc->idle_passes >= 16) {
-		rpc->now_ns = clock_now_ns();
-		rpc->idle_passes = 0;
-	}
+	if (n || wheel_count(rpc->wheel) || ++rpc->idle_passes >= 16)
+		rpc_clock_update(rpc);
 	if (n) {
 		stats_add(&rpc->st->pkts_rx, n);
 		for (unsigned i = 0; i < n; i++) {
@@ -308,13 +306,9 @@ void rpc_run_for_us(struct rpc *rpc, uint64_t us)
 
 bool rpc_busy(const struct rpc *rpc) { return rpc->active != NULL || rpc->has_held; }
 
-int rpc_fault_drop_next(struct rpc *rpc, unsigned n)
+void rpc_fault_drop_next(struct rpc *rpc, unsigned n)
 {
-	/* A reordering configuration holds packets in held_pkt. */
-	if (!rpc->held_pkt && !(rpc->held_pkt = malloc(rpc->nic->max_pkt_size)))
-		return -ENOMEM;
 	fault_drop_next(&rpc->fault, n);
-	return 0;
 }
 
 bool rpc_busy_with_live_peers(const struct rpc *rpc)

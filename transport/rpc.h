@@ -212,7 +212,7 @@ uint32_t rpc_session_pkt_data(const struct rpc *rpc, int session);
 void rpc_dump(struct rpc *rpc, FILE *out);
 
 /* Tests (under the lock): the next n packets to arrive are dropped, as
- * FERRY_FAULT drops them (counted as drop_fault). 0, or -ENOMEM. */
-int rpc_fault_drop_next(struct rpc *rpc, unsigned n);
+ * FERRY_FAULT drops them (counted as drop_fault). */
+void rpc_fault_drop_next(struct rpc *rpc, unsigned n);
 
 #endif

@@ -4,8 +4,9 @@
 # and process.sh (fork, exec, spawn, prefork, descriptor passing and the
 # rest) run as they are, with FERRY_FAULT dropping, duplicating and
 # reordering 5% of the packets every process receives. One random seed a run,
-# logged for a rerun (FERRY_FAULT=... sh postgres.sh). Under loss these found
-# a reset backend, a lost reply, a lost FIN and a request nobody sent again.
+# logged for a rerun (FERRY_FAULT=... sh postgres.sh). Under loss postgres.sh
+# found a backend reading its connection as reset, and a request nobody sent
+# again.
 # Usage: lossy_apps.sh [TRANSPORT]
 . "$(dirname "$0")/lib.sh"
 need od

@@ -21,6 +21,12 @@ static struct {
 static size_t rx_spare_bytes; /* held in the larger classes */
 static uint64_t rx_trimmed_ns;
 
+/* Records of kept packets, kept for the next stream as the smallest rings
+ * are: a reader of large messages drains its record on every read. */
+static struct rxbuf_keep *keep_spare[RXBUF_SPARES];
+static unsigned keep_nspare;
+static rxbuf_release_fn *keep_release;
+
 static int ring_class(uint32_t size)
 {
 	int k = 0;
@@ -80,6 +86,8 @@ unsigned rxbuf_spares_release(void)
 	unsigned n = 0;
 	for (int k = 0; k < RX_CLASSES; k++)
 		n += class_free(k);
+	while (keep_nspare)
+		free(keep_spare[--keep_nspare]);
 	return n;
 }
 
@@ -111,13 +119,62 @@ void rxbuf_init(struct rxbuf *rb, uint32_t cap)
 	rb->cap = c;
 }
 
-void rxbuf_free(struct rxbuf *rb)
+void rxbuf_set_release(rxbuf_release_fn *fn)
+{
+	keep_release = fn;
+}
+
+static struct rxbuf_kept *kept_at(const struct rxbuf_keep *k, unsigned i)
+{
+	return (struct rxbuf_kept *)&k->seg[(k->first + i) & (RXBUF_KEPT_MAX - 1)];
+}
+
+static void keep_put(struct rxbuf *rb)
+{
+	if (keep_nspare < RXBUF_SPARES)
+		keep_spare[keep_nspare++] = rb->keep;
+	else
+		free(rb->keep);
+	rb->keep = NULL;
+}
+
+/* Gives back the kept packets the reader is past (all, if give_all). */
+static void keep_release_read(struct rxbuf *rb, bool give_all)
+{
+	struct rxbuf_keep *k = rb->keep;
+	while (k->n) {
+		struct rxbuf_kept *g = kept_at(k, 0);
+		if (!give_all && g->seq + g->len > rb->head)
+			break;
+		keep_release(k->owner, g->buf);
+		k->first = (k->first + 1) & (RXBUF_KEPT_MAX - 1);
+		k->n--;
+	}
+	if (!k->n)
+		keep_put(rb);
+}
+
+static void ring_drop(struct rxbuf *rb)
 {
 	if (rb->ring)
 		rb->last = rb->size;
 	ring_free(rb->ring, rb->size);
 	rb->ring = NULL;
 	rb->size = 0;
+}
+
+void rxbuf_free(struct rxbuf *rb)
+{
+	if (rb->keep)
+		keep_release_read(rb, true);
+	ring_drop(rb);
+}
+
+void rxbuf_abandon(struct rxbuf *rb)
+{
+	free(rb->keep);
+	rb->keep = NULL;
+	ring_drop(rb);
 }
 
 static void ring_copy_in(struct rxbuf *rb, uint64_t seq, const uint8_t *src, size_t len)
@@ -169,11 +226,63 @@ static int ring_reserve(struct rxbuf *rb, uint64_t end)
 	return 0;
 }
 
-/* Drained with no hole pending: give the memory back. */
-static void ring_release_if_empty(struct rxbuf *rb)
+/* Bytes read: kept packets read through go back; drained with no hole
+ * pending, the ring goes too. */
+static void release_read(struct rxbuf *rb)
 {
+	if (rb->keep)
+		keep_release_read(rb, false);
 	if (rb->ring && rb->tail == rb->head && rb->nooo == 0)
-		rxbuf_free(rb);
+		ring_drop(rb);
+}
+
+/* Copies [seq, seq + len), all of it held, from the kept packets that
+ * have it and the ring for the rest. */
+static void copy_out(const struct rxbuf *rb, uint64_t seq, uint8_t *dst, size_t len)
+{
+	const struct rxbuf_keep *k = rb->keep;
+	unsigned i = 0;
+	while (len) {
+		size_t n = len;
+		while (k && i < k->n && kept_at(k, i)->seq + kept_at(k, i)->len <= seq)
+			i++;
+		const struct rxbuf_kept *g = k && i < k->n ? kept_at(k, i) : NULL;
+		if (g && g->seq <= seq) {
+			if (n > g->seq + g->len - seq)
+				n = (size_t)(g->seq + g->len - seq);
+			copy_bytes(dst, g->data + (seq - g->seq), n);
+		} else {
+			if (g && n > g->seq - seq)
+				n = (size_t)(g->seq - seq);
+			ring_copy_out(rb, seq, dst, n);
+		}
+		seq += n;
+		dst += n;
+		len -= n;
+	}
+}
+
+bool rxbuf_keep_ready(struct rxbuf *rb, uint64_t seq, size_t len, void *owner)
+{
+	if (!keep_release || seq != rb->tail || rb->nooo || len == 0 ||
+	    seq + len > rb->head + rb->cap)
+		return false;
+	if (rb->keep)
+		return rb->keep->owner == owner && rb->keep->n < RXBUF_KEPT_MAX;
+	rb->keep = keep_nspare ? keep_spare[--keep_nspare] : malloc(sizeof(*rb->keep));
+	if (!rb->keep)
+		return false;
+	rb->keep->owner = owner;
+	rb->keep->first = rb->keep->n = 0;
+	return true;
+}
+
+void rxbuf_keep(struct rxbuf *rb, const void *data, size_t len, void *buf)
+{
+	struct rxbuf_keep *k = rb->keep;
+	*kept_at(k, k->n++) = (struct rxbuf_kept){
+		.data = data, .seq = rb->tail, .len = (uint32_t)len, .buf = buf};
+	rb->tail += len;
 }
 
 /* Records [lo, hi) past tail, merging neighbours. */
@@ -259,12 +368,12 @@ size_t rxbuf_read_at(struct rxbuf *rb, size_t skip, size_t max, const struct iov
 			n = avail - done;
 		if (n == 0)
 			continue;
-		ring_copy_out(rb, seq + done, iov[i].iov_base, n);
+		copy_out(rb, seq + done, iov[i].iov_base, n);
 		done += n;
 	}
 	if (!peek) {
 		rb->head += skip + done;
-		ring_release_if_empty(rb);
+		release_read(rb);
 	}
 	return done;
 }
@@ -277,7 +386,7 @@ int rxbuf_byte_at(const struct rxbuf *rb, uint64_t seq)
 	if (!held)
 		return -1;
 	uint8_t b;
-	ring_copy_out(rb, seq, &b, 1);
+	copy_out(rb, seq, &b, 1);
 	return b;
 }
 
@@ -287,6 +396,6 @@ size_t rxbuf_skip(struct rxbuf *rb, size_t n)
 	if (n > avail)
 		n = avail;
 	rb->head += n;
-	ring_release_if_empty(rb);
+	release_read(rb);
 	return n;
 }

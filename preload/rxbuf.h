@@ -35,7 +35,30 @@
 /* How often at most a trim gives back untaken spares. */
 #define RXBUF_TRIM_NS 1000000000ull
 
+/*
+ * In-order bytes of a large packet may stay where the transport received
+ * them, the packet's buffer held until the reader has them (rxbuf_keep):
+ * one copy, into the reader's buffer, instead of two. Up to this many
+ * packets a stream; past that, or out of order, bytes go into the ring.
+ */
+#define RXBUF_KEPT_MAX 64u
+
+struct rxbuf_kept {
+	const uint8_t *data;
+	uint64_t seq;
+	uint32_t len;
+	void *buf; /* the transport's handle for the packet's buffer */
+};
+
+/* A stream's kept packets, in sequence order, while it has any. */
+struct rxbuf_keep {
+	void *owner; /* whom the buffers go back to (rxbuf_release_fn) */
+	unsigned first, n;
+	struct rxbuf_kept seg[RXBUF_KEPT_MAX];
+};
+
 struct rxbuf {
+	struct rxbuf_keep *keep; /* NULL while no packet is kept */
 	uint8_t *ring;   /* size bytes, or NULL while nothing is held */
 	uint32_t size;   /* a power of two, <= cap */
 	uint32_t cap;    /* the window: a power of two */
@@ -50,7 +73,31 @@ struct rxbuf {
 
 /* cap is rounded up to a power of two. Allocates nothing yet. */
 void rxbuf_init(struct rxbuf *rb, uint32_t cap);
+/* Frees the ring and gives kept packets' buffers back. */
 void rxbuf_free(struct rxbuf *rb);
+/* As rxbuf_free, but kept buffers are forgotten, not given back: their
+ * owner is gone (a fork child, a closed endpoint). */
+void rxbuf_abandon(struct rxbuf *rb);
+
+/* How kept buffers are given back, once read: set once by the stream
+ * layer. Without it nothing is kept. */
+typedef void rxbuf_release_fn(void *owner, void *buf);
+void rxbuf_set_release(rxbuf_release_fn *fn);
+
+/*
+ * Whether len bytes at seq may be kept rather than copied: they are next
+ * in order with no hole past them, fit the window, and the stream keeps
+ * fewer than RXBUF_KEPT_MAX packets, all from owner. Allocates the record
+ * of kept packets if needed; false if that fails.
+ */
+bool rxbuf_keep_ready(struct rxbuf *rb, uint64_t seq, size_t len, void *owner);
+/* Appends len bytes at data, in buf, after a true rxbuf_keep_ready. */
+void rxbuf_keep(struct rxbuf *rb, const void *data, size_t len, void *buf);
+/* Packets kept now. */
+static inline unsigned rxbuf_kept(const struct rxbuf *rb)
+{
+	return rb->keep ? rb->keep->n : 0;
+}
 /* Frees the spare rings (teardown, tests). Returns how many there were. */
 unsigned rxbuf_spares_release(void);
 /* Bytes held in spare rings past the smallest size: while there are any, a
@@ -61,7 +108,7 @@ size_t rxbuf_spare_bytes(void);
 unsigned rxbuf_spares_trim(uint64_t now_ns);
 
 /*
- * Stores len bytes that start at sequence number seq (copied). Bytes
+ * Stores len bytes that start at sequence number seq (copied into the ring). Bytes
  * already held are ignored. Returns 0, -EMSGSIZE when the bytes reach past
  * head + cap (the writer ignored the window), -ENOSPC when too many holes,
  * -ENOMEM.

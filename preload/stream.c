@@ -433,7 +433,7 @@ void stream_forget_all(void)
 		struct stream *s = streams.slots[i];
 		if (!s)
 			continue;
-		rxbuf_free(&s->rx);
+		rxbuf_abandon(&s->rx); /* kept buffers are the old endpoint's */
 		free(s);
 	}
 	free(streams.slots);
@@ -656,6 +656,7 @@ int stream_init(struct rpc *rpc, stream_ready_fn *ready)
 	if (rc)
 		return rc;
 	fin_timeout_read();
+	stream_data_init();
 	rpc_set_session_handler(rpc, stream_session_event, NULL);
 	return 0;
 }

@@ -53,6 +53,38 @@ void stream_data_forget(void)
 	tx_nspare = 0;
 }
 
+/*
+ * Received bytes in packets at least this large stay in the packet's
+ * buffer until read (rxbuf_keep): the reader's copy is their only one.
+ * A smaller packet's copy costs less than holding its buffer.
+ */
+#define STREAM_KEEP_MIN 1024u
+
+static void stream_rx_release(void *owner, void *buf)
+{
+	rpc_release_rx(owner, buf);
+}
+
+void stream_data_init(void)
+{
+	rxbuf_set_release(stream_rx_release);
+}
+
+/* Stores len received bytes at seq: kept where they landed when it can,
+ * else copied into the ring. */
+static int stream_rx_put(struct rpc *rpc, struct stream *s, uint64_t seq, const uint8_t *data,
+			 size_t len)
+{
+	if (len >= STREAM_KEEP_MIN && rxbuf_keep_ready(&s->rx, seq, len, rpc)) {
+		void *buf = rpc_keep_rx(rpc, data, len);
+		if (buf) {
+			rxbuf_keep(&s->rx, data, len, buf);
+			return 0;
+		}
+	}
+	return rxbuf_put(&s->rx, seq, data, len);
+}
+
 /* --- sending --- */
 
 static void stream_owe(struct stream *s, bool was_told)
@@ -82,7 +114,7 @@ static void stream_take_bytes(struct rpc *rpc, struct stream *s, const struct wi
 		return;
 	}
 	bool was_told = s->rx_told == s->rx.tail;
-	int rc = rxbuf_put(&s->rx, a->seq, a + 1, len);
+	int rc = stream_rx_put(rpc, s, a->seq, (const uint8_t *)(a + 1), len);
 	if (rc) {
 		log_warn("stream %u: answer bytes at %llu+%zu refused (%d): resetting", s->sid,
 			 (unsigned long long)a->seq, len, rc);
@@ -562,7 +594,6 @@ const struct wire_seg *stream_request_seg(struct rpc *rpc, struct rpc_req *req)
 int stream_place_data(struct rpc *rpc, int session, const uint8_t *head, uint32_t off,
 		      const uint8_t *data, uint32_t len, void *ctx)
 {
-	(void)rpc;
 	(void)ctx;
 	struct wire_seg w;
 	memcpy(&w, head, sizeof(w));
@@ -574,7 +605,7 @@ int stream_place_data(struct rpc *rpc, int session, const uint8_t *head, uint32_
 		len -= (uint32_t)(sizeof(w) - off);
 		off = sizeof(w);
 	}
-	return rxbuf_put(&s->rx, w.value + (off - sizeof(w)), data, len);
+	return stream_rx_put(rpc, s, w.value + (off - sizeof(w)), data, len);
 }
 
 void stream_handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
@@ -593,15 +624,16 @@ void stream_handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx)
 		return;
 	}
 	stream_heard(s, w->consumed, w->received);
-	/* One copy into the ring, as the kernel makes one: made by
-	 * stream_place_data as the packets came, or here from the one packet. */
+	/* Stored by stream_place_data as the packets came, or here from the
+	 * one packet: kept in place or copied into the ring, one copy either
+	 * way before the reader's. */
 	int rc;
 	size_t len;
 	if (rpc_req_placed(req, &rc)) {
 		len = rpc_req_size(req) - sizeof(*w);
 	} else {
 		len = m->data_size - sizeof(*w);
-		rc = rxbuf_put(&s->rx, w->value, m->buf + sizeof(*w), len);
+		rc = stream_rx_put(rpc, s, w->value, m->buf + sizeof(*w), len);
 	}
 	if (rc) {
 		log_warn("stream %u: DATA at %llu+%zu refused (%d): resetting", s->sid,

@@ -157,6 +157,8 @@ int stream_send_fin(struct rpc *rpc, struct stream *s);
 const struct wire_seg *stream_request_seg(struct rpc *rpc, struct rpc_req *req);
 /* Forgets the answers queued for after the pass (stream_forget_all). */
 void stream_data_forget(void);
+/* Sets up how kept receive buffers go back (stream_init). */
+void stream_data_init(void);
 void stream_handle_data(struct rpc *rpc, struct rpc_req *req, void *ctx);
 int stream_place_data(struct rpc *rpc, int session, const uint8_t *head, uint32_t off,
 		      const uint8_t *data, uint32_t len, void *ctx);

@@ -60,6 +60,12 @@ TESTS += tests/test_preload_rxbuf
 tests_test_preload_rxbuf_SOURCES = tests/test_preload_rxbuf.c preload/rxbuf.c preload/rxbuf.h
 tests_test_preload_rxbuf_CFLAGS = $(TEST_CFLAGS)
 tests_test_preload_rxbuf_LDADD = $(TEST_LDADD)
+
+check_PROGRAMS += tests/test_preload_rxbuf_keep
+TESTS += tests/test_preload_rxbuf_keep
+tests_test_preload_rxbuf_keep_SOURCES = tests/test_preload_rxbuf_keep.c preload/rxbuf.c preload/rxbuf.h
+tests_test_preload_rxbuf_keep_CFLAGS = $(TEST_CFLAGS)
+tests_test_preload_rxbuf_keep_LDADD = $(TEST_LDADD)
 # libferry.so exports only the interposed names (nm -D against the map).
 TESTS += tests/test_preload_exports.sh
 EXTRA_DIST += tests/test_preload_exports.sh

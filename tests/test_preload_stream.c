@@ -250,6 +250,46 @@ static bool acked_all(void *p)
 	return c->inflight == 0;
 }
 
+Test(stream, bulk_bytes_are_read_from_where_they_landed, .init = clean, .fini = close_endpoints,
+     .timeout = 60)
+{
+	transfer(1u << 20);
+	cr_assert_gt(P.st_b.bytes_rx_kept, (1u << 20) / 2, "most bytes copied once (%llu)",
+		     (unsigned long long)P.st_b.bytes_rx_kept);
+	cr_assert_eq(rpc_rx_kept(P.b), 0, "every kept buffer went back once read");
+}
+
+#define UNREAD_STREAMS 5
+
+Test(stream, unread_streams_keep_no_more_buffers_than_the_nic_spares, .init = clean,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c[UNREAD_STREAMS], *s[UNREAD_STREAMS];
+	static uint8_t out[STREAM_WINDOW_MAX], in[STREAM_WINDOW_MAX];
+	for (size_t i = 0; i < sizeof(out); i++)
+		out[i] = pattern(i);
+	ssize_t sent[UNREAD_STREAMS];
+	for (unsigned i = 0; i < UNREAD_STREAMS; i++) {
+		stream_pair((uint16_t)(7100 + i), &c[i], &s[i]);
+		struct iovec v = {out, sizeof(out)};
+		sent[i] = stream_send(P.a, c[i], &v, 1);
+		cr_assert_gt(sent[i], 0);
+	}
+	/* More packets than the nic spares wait unread: the rest were copied,
+	 * and every byte arrived all the same. */
+	for (unsigned i = 0; i < UNREAD_STREAMS; i++)
+		cr_assert(pump_until(acked_all, c[i]), "stream %u delivered", i);
+	cr_assert_gt(rpc_rx_keep_max(P.b), 0);
+	cr_assert_eq(rpc_rx_kept(P.b), rpc_rx_keep_max(P.b), "kept up to the limit, no more");
+	for (unsigned i = 0; i < UNREAD_STREAMS; i++) {
+		cr_assert_eq(rxbuf_avail(&s[i]->rx), (size_t)sent[i]);
+		struct iovec r = {in, sizeof(in)};
+		cr_assert_eq(stream_recv(P.b, s[i], &r, 1, 0), sent[i]);
+		cr_assert_arr_eq(in, out, (size_t)sent[i], "stream %u's bytes intact", i);
+	}
+	cr_assert_eq(rpc_rx_kept(P.b), 0);
+}
+
 Test(stream, the_window_holds_a_writer_back_and_reading_opens_it, .init = clean,
      .fini = close_endpoints, .timeout = 60)
 {

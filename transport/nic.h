@@ -122,6 +122,9 @@ struct nic {
 	uint32_t max_session_credits; /* 0, or the credits a session may have at
 					 most: its receive queue was sized for them */
 	struct ferry_stats *stats;  /* counters the nic may bump (drops, pkts) */
+	/* Receive buffers the endpoint may hold past a pass (rpc_keep_rx)
+	 * without starving the receive side; 0 for none. */
+	unsigned rx_keep_max;
 	/* rx_burst is a system call (the kernel's socket), not a read of
 	 * memory: a look that finds nothing has a price. */
 	bool rx_syscall;

@@ -110,6 +110,10 @@ static void ib_update_rq_target(struct nic_ib *ib)
 	uint32_t fits = IB_RQ_BYTES / (ib->rx_avg_len > 64u ? ib->rx_avg_len : 64u);
 	uint32_t want = fits > ib->rq_need ? fits : ib->rq_need;
 	ib->rq_target = want < ib->rq_depth ? want : ib->rq_depth;
+	/* Kept buffers come out of what the sessions' credits leave spare:
+	 * the ring posted still covers every packet in flight. */
+	uint32_t spare = ib->rq_depth - ib->rq_need;
+	ib->base.rx_keep_max = spare / 2 < ib->rq_depth / 4 ? spare / 2 : ib->rq_depth / 4;
 }
 
 void ib_set_rq_need(struct nic_ib *ib)

@@ -359,6 +359,7 @@ struct nic *nic_test_open(struct nic_test_fabric *fabric, uint32_t max_pkt_size,
 	t->base.stats = stats;
 	t->fabric = fabric;
 	t->nbufs = queue_len;
+	t->base.rx_keep_max = queue_len / 4;
 	/* Keep every packet 8-byte aligned, as the header codec may expect. */
 	t->stride = ((size_t)max_pkt_size + 63) & ~(size_t)63;
 	t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -959,6 +959,8 @@ struct nic *nic_udp_open(const struct ferry_config *cfg, struct ferry_stats *sta
 	u->base.ops = &nic_udp_ops;
 	u->base.name = "udp";
 	u->base.rx_syscall = true;
+	/* Past a quarter held, the rest still takes a full batch and more. */
+	u->base.rx_keep_max = NIC_UDP_RX_BUFS / 4;
 	u->base.stats = stats;
 	unsigned mtu = cfg && cfg->mtu ? cfg->mtu : NIC_UDP_MAX_PAYLOAD;
 	if (mtu > NIC_UDP_MAX_PAYLOAD)

@@ -5,6 +5,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,14 +263,24 @@ unsigned rpc_run_once(struct rpc *rpc)
 		rpc_clock_update(rpc);
 	if (n) {
 		stats_add(&rpc->st->pkts_rx, n);
+		unsigned nbufs = 0;
 		for (unsigned i = 0; i < n; i++) {
-			if (rpc->fault.enabled)
+			if (rpc->fault.enabled) {
 				receive_with_faults(rpc, &rx[i]);
-			else
+			} else {
+				rpc->rx_buf = rx[i].buf;
+				rpc->rx_pkt = rx[i].pkt;
+				rpc->rx_len = rx[i].len;
+				rpc->rx_buf_kept = false;
 				handle_packet(rpc, rx[i].pkt, rx[i].len);
-			bufs[i] = rx[i].buf;
+				rpc->rx_buf = NULL;
+				if (rpc->rx_buf_kept)
+					continue;
+			}
+			bufs[nbufs++] = rx[i].buf;
 		}
-		nic_post_recvs(rpc->nic, bufs, n);
+		if (nbufs)
+			nic_post_recvs(rpc->nic, bufs, nbufs);
 	} else {
 		release_held(rpc);
 	}
@@ -303,6 +314,27 @@ void rpc_run_for_us(struct rpc *rpc, uint64_t us)
 		rpc_run_once(rpc);
 	while (rpc->now_ns < end);
 }
+
+void *rpc_keep_rx(struct rpc *rpc, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+	if (!rpc->rx_buf || rpc->rx_buf_kept || rpc->rx_kept >= rpc->nic->rx_keep_max ||
+	    p < rpc->rx_pkt || len > rpc->rx_len || p - rpc->rx_pkt > (ptrdiff_t)(rpc->rx_len - len))
+		return NULL;
+	rpc->rx_buf_kept = true;
+	rpc->rx_kept++;
+	stats_add(&rpc->st->bytes_rx_kept, len);
+	return rpc->rx_buf;
+}
+
+void rpc_release_rx(struct rpc *rpc, void *buf)
+{
+	rpc->rx_kept--;
+	nic_post_recvs(rpc->nic, &buf, 1);
+}
+
+unsigned rpc_rx_kept(const struct rpc *rpc) { return rpc->rx_kept; }
+unsigned rpc_rx_keep_max(const struct rpc *rpc) { return rpc->nic->rx_keep_max; }
 
 bool rpc_busy(const struct rpc *rpc) { return rpc->active != NULL || rpc->has_held; }
 

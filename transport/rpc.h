@@ -208,6 +208,20 @@ uint32_t rpc_max_pkt_data(const struct rpc *rpc);
  * rpc_max_pkt_data before it is connected. */
 uint32_t rpc_session_pkt_data(const struct rpc *rpc, int session);
 
+/*
+ * In a handler or a continuation run by a packet's arrival: keeps that
+ * packet's receive buffer past the pass, so len bytes at data, which must
+ * lie in it, stay readable there until rpc_release_rx. Returns the
+ * buffer's handle, or NULL (data is not in the packet, the nic has no
+ * buffers to spare, or no packet is being received): then copy the bytes.
+ */
+void *rpc_keep_rx(struct rpc *rpc, const void *data, size_t len);
+/* Gives a kept buffer back to the nic, under the lock. */
+void rpc_release_rx(struct rpc *rpc, void *buf);
+/* Buffers kept now, and how many the nic lets the endpoint keep. */
+unsigned rpc_rx_kept(const struct rpc *rpc);
+unsigned rpc_rx_keep_max(const struct rpc *rpc);
+
 /* Writes the endpoint's sessions and slots, for diagnostics. */
 void rpc_dump(struct rpc *rpc, FILE *out);
 

@@ -181,6 +181,14 @@ struct rpc {
 	uint8_t *held_pkt;     /* a packet FAULT_REORDER put aside */
 	uint32_t held_len;
 	bool has_held;
+	/* The packet a handler runs on, while it may keep the packet's
+	 * buffer (rpc_keep_rx): NULL between packets and under FERRY_FAULT,
+	 * whose duplicates and reordering reuse a packet. */
+	void *rx_buf;
+	const uint8_t *rx_pkt;
+	uint32_t rx_len;
+	bool rx_buf_kept;
+	unsigned rx_kept; /* buffers kept, not yet given back */
 	struct timing_wheel *wheel;
 	struct nic_tx tx[RPC_TX_BATCH];
 	unsigned n_tx;

@@ -56,7 +56,8 @@
 	X(sessions)                                                                \
 	X(sessions_closed)                                                         \
 	X(dead_peers)                                                              \
-	X(mgmt_drops)
+	X(mgmt_drops)                                                              \
+	X(bytes_rx_kept)          /* received bytes read from where they landed, not copied twice */
 
 struct ferry_stats {
 #define FERRY_STATS_FIELD(name) uint64_t name;

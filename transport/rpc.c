@@ -264,9 +264,14 @@ unsigned rpc_run_once(struct rpc *rpc)
 	if (n) {
 		stats_add(&rpc->st->pkts_rx, n);
 		unsigned nbufs = 0;
+		/* A pass run from inside a handler leaves the outer packet's
+		 * keeping alone and keeps nothing itself. */
+		bool may_keep = !rpc->fault.enabled && !rpc->rx_buf;
 		for (unsigned i = 0; i < n; i++) {
 			if (rpc->fault.enabled) {
 				receive_with_faults(rpc, &rx[i]);
+			} else if (!may_keep) {
+				handle_packet(rpc, rx[i].pkt, rx[i].len);
 			} else {
 				rpc->rx_buf = rx[i].buf;
 				rpc->rx_pkt = rx[i].pkt;

@@ -137,6 +137,9 @@ void wait_set_ceded_spins_spent(bool spent);
 /* How a spin of wait_spin_us() > 0 ended: found what it waited for, or ran
  * out (the thread's next waits may skip spinning, see wait.c). */
 void wait_spin_outcome(bool found);
+/* This thread's spin now, in us (0 before its first): FERRY_SPIN_US, or
+ * more after spins that ran out just short of their event (wait.c). */
+unsigned wait_spin_current_us(void);
 /* Whether a spin whose turn-th turn just ended is past end (clock_now_ns):
  * the clock is read only every WAIT_SPIN_CLOCK_TURNS turns, since a read
  * of it costs about as much as a turn's look at the nic. */

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "preload/fdtable.h"
@@ -269,4 +270,77 @@ Test(wait_spin, a_cpu_shared_after_a_quiet_spell_is_noticed)
 	wait_set_ceded_spins_spent(true);
 	four_spins_beside_a_hog(400000);
 	expect_spins_stopped();
+}
+
+/* A spin's length adapts: from FERRY_SPIN_US up to WAIT_SPIN_GROW_US
+ * (800 us) while its events keep coming just after it ran out on a CPU
+ * nobody else wanted, back down when they come late. */
+#define SHORT_SPIN_US 200
+
+static void short_spin_init(void)
+{
+	test_table_init();
+	wait_set_progress(&count_ops, SHORT_SPIN_US);
+	wait_spin_outcome(true);
+}
+
+TestSuite(wait_spin_length, .init = short_spin_init, .fini = spin_fini, .timeout = 20);
+
+/* A spin that ran out, then a wait that ended at once (the event was
+ * there just after the spin gave up). */
+static void ran_out_then_woke(uint64_t after_ns)
+{
+	wait_spin_outcome(false);
+	struct timespec pause = {0, (long)after_ns};
+	if (after_ns)
+		nanosleep(&pause, NULL);
+	struct timespec now = {0, 0};
+	wait_block(NULL, NULL, 0, &now, NULL);
+}
+
+/* Grows the spin to its longest: a preempted try may not double it, so
+ * a few more are allowed than the three doublings it takes. */
+static void grow_to_the_longest(void)
+{
+	wait_spin_us();
+	for (int i = 0; i < 20 && wait_spin_current_us() < 800; i++) {
+		unsigned before = wait_spin_current_us();
+		ran_out_then_woke(0);
+		cr_assert_leq(wait_spin_current_us(), 2 * before, "at most doubled");
+		wait_spin_outcome(true); /* not four misses in a row: it still spins */
+	}
+}
+
+Test(wait_spin_length, a_spin_that_ran_out_just_short_of_its_event_grows)
+{
+	cr_assert_eq(wait_spin_us(), SHORT_SPIN_US);
+	grow_to_the_longest();
+	cr_expect_eq(wait_spin_current_us(), 800);
+	cr_expect_eq(wait_spin_us(), 800);
+	ran_out_then_woke(0);
+	cr_expect_eq(wait_spin_current_us(), 800, "no longer than WAIT_SPIN_GROW_US");
+}
+
+Test(wait_spin_length, a_spin_whose_event_came_much_later_halves_back)
+{
+	grow_to_the_longest();
+	cr_assert_eq(wait_spin_us(), 800);
+	/* At most half: all the way back if the kernel took the CPU away
+	 * meanwhile (a busy host). */
+	ran_out_then_woke(4 * 800 * 1000ull + 1000000);
+	cr_expect_leq(wait_spin_current_us(), 400);
+	ran_out_then_woke(4 * 400 * 1000ull + 1000000);
+	cr_expect_eq(wait_spin_current_us(), SHORT_SPIN_US);
+	ran_out_then_woke(4 * SHORT_SPIN_US * 1000ull + 1000000);
+	cr_expect_eq(wait_spin_current_us(), SHORT_SPIN_US, "never below FERRY_SPIN_US");
+}
+
+Test(wait_spin_length, a_spin_found_its_event_is_kept_as_it_is)
+{
+	grow_to_the_longest();
+	wait_spin_us();
+	wait_spin_outcome(true);
+	struct timespec now = {0, 0};
+	wait_block(NULL, NULL, 0, &now, NULL);
+	cr_expect_eq(wait_spin_current_us(), 800, "only a spin that ran out changes it");
 }

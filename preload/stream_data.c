@@ -75,7 +75,9 @@ void stream_data_init(void)
 static int stream_rx_put(struct rpc *rpc, struct stream *s, uint64_t seq, const uint8_t *data,
 			 size_t len)
 {
-	if (len >= STREAM_KEEP_MIN && rxbuf_keep_ready(&s->rx, seq, len, rpc)) {
+	/* At the endpoint's limit, no record of kept packets is taken. */
+	if (len >= STREAM_KEEP_MIN && rpc_rx_kept(rpc) < rpc_rx_keep_max(rpc) &&
+	    rxbuf_keep_ready(&s->rx, seq, len, rpc)) {
 		void *buf = rpc_keep_rx(rpc, data, len);
 		if (buf) {
 			rxbuf_keep(&s->rx, data, len, buf);

@@ -266,7 +266,7 @@ unsigned rpc_run_once(struct rpc *rpc)
 		unsigned nbufs = 0;
 		/* A pass run from inside a handler leaves the outer packet's
 		 * keeping alone and keeps nothing itself. */
-		bool may_keep = !rpc->fault.enabled && !rpc->rx_buf;
+		bool may_keep = !rpc->rx_buf;
 		for (unsigned i = 0; i < n; i++) {
 			if (rpc->fault.enabled) {
 				receive_with_faults(rpc, &rx[i]);

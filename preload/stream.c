@@ -197,6 +197,15 @@ size_t stream_tx_space(const struct stream *s)
 	return limit > s->tx_seq ? (size_t)(limit - s->tx_seq) : 0;
 }
 
+/* As sk_stream_is_writeable: writable once the free room is at least half
+ * of what the peer has yet to read, so a writer that filled the window is
+ * woken for a third of it, not once for every packet its reader frees. */
+static bool stream_tx_writable(const struct stream *s)
+{
+	size_t space = stream_tx_space(s);
+	return space > 0 && space >= (size_t)(s->tx_seq - s->tx_acked) / 2;
+}
+
 size_t stream_tx_queued(const struct stream *s)
 {
 	/* As SIOCOUTQ: sent and not yet acknowledged as received. */
@@ -238,7 +247,7 @@ uint32_t stream_mask(const struct stream *s)
 	if (stream_eof(s))
 		m |= EPOLLRDHUP;
 	/* As tcp_poll: a shut write side polls writable (the write fails). */
-	if (s->wr_shut || stream_tx_space(s) > 0)
+	if (s->wr_shut || stream_tx_writable(s))
 		m |= EPOLLOUT;
 	if (stream_eof(s) && s->wr_shut)
 		m |= EPOLLHUP;
@@ -364,11 +373,11 @@ void stream_heard(struct stream *s, uint64_t consumed, uint64_t received)
 		s->tx_delivered = received;
 	stream_timed_heard(s, moved);
 	if (consumed > s->tx_acked && consumed <= s->tx_seq) {
-		/* As TCP's write space: an event only for a writer that had run
-		 * out of room; with room before and after, nothing changed. */
-		bool was_full = stream_tx_space(s) == 0;
+		/* As TCP's write space: an event only where the stream turns
+		 * writable; writable before and after, nothing changed. */
+		bool was = stream_tx_writable(s);
 		s->tx_acked = consumed;
-		if (was_full)
+		if (!was && stream_tx_writable(s))
 			stream_notify(s, EPOLLOUT);
 	}
 }

@@ -290,27 +290,80 @@ Test(stream, unread_streams_keep_no_more_buffers_than_the_nic_spares, .init = cl
 	cr_assert_eq(rpc_rx_kept(P.b), 0);
 }
 
+static uint8_t window_buf[4 << 20];
+
+/* Opens a pair on port and writes more than the window holds; returns what
+ * the write took. */
+static ssize_t fill_window(uint16_t port, struct stream **c, struct stream **s)
+{
+	stream_pair(port, c, s);
+	struct iovec v = {window_buf, sizeof(window_buf)};
+	ssize_t w = stream_send(P.a, *c, &v, 1);
+	cr_assert_gt(w, 0);
+	cr_assert_lt((size_t)w, sizeof(window_buf), "a partial write: the window is smaller");
+	return w;
+}
+
 Test(stream, the_window_holds_a_writer_back_and_reading_opens_it, .init = clean,
      .fini = close_endpoints, .timeout = 60)
 {
 	struct stream *c, *s;
-	stream_pair(7001, &c, &s);
-	static uint8_t buf[4 << 20];
-	struct iovec v = {buf, sizeof(buf)};
-	ssize_t w = stream_send(P.a, c, &v, 1);
-	cr_assert_gt(w, 0);
-	cr_assert_lt((size_t)w, sizeof(buf), "a partial write: the window is smaller");
+	ssize_t w = fill_window(7001, &c, &s);
+	uint8_t *buf = window_buf;
+	struct iovec v = {buf, sizeof(window_buf)};
 	cr_assert_eq(stream_send(P.a, c, &v, 1), -EAGAIN);
 	cr_assert_not(stream_mask(c) & EPOLLOUT);
 	cr_assert(pump_until(acked_all, c));
 	cr_assert_eq(stream_send(P.a, c, &v, 1), -EAGAIN, "received but unread: still full");
 	cr_assert_eq(rxbuf_avail(&s->rx), (size_t)w, "memory bounded by the window");
-	struct iovec r = {buf, sizeof(buf)};
+	struct iovec r = {buf, sizeof(window_buf)};
 	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), w);
 	for (int i = 0; i < 1000 && !(stream_mask(c) & EPOLLOUT); i++)
 		pump();
 	cr_assert(stream_mask(c) & EPOLLOUT, "the window update reached the writer");
 	cr_assert_gt(stream_send(P.a, c, &v, 1), 0);
+}
+
+static bool writable_file(void *p)
+{
+	struct stream *c = p;
+	return ffile_mask(c->file) & EPOLLOUT;
+}
+
+/* As TCP's sk_stream_is_writeable: a writer that filled the window polls
+ * writable again once the room is at least half of what is unread, not at
+ * the first freed byte. A write in between still takes what room there is. */
+Test(stream, a_full_writer_polls_writable_once_a_third_of_the_window_is_free, .init = clean,
+     .fini = close_endpoints, .timeout = 60)
+{
+	struct stream *c, *s;
+	ssize_t w = fill_window(7002, &c, &s);
+	uint8_t *buf = window_buf;
+	cr_assert_not(ffile_mask(c->file) & EPOLLOUT, "full: the file polls not writable");
+	cr_assert(pump_until(acked_all, c));
+	/* A quarter read: room a quarter, unread three quarters. */
+	struct iovec r = {buf, (size_t)w / 4};
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), w / 4);
+	uint64_t heard = c->tx_acked;
+	for (int i = 0; i < 1000 && c->tx_acked == heard; i++)
+		pump();
+	cr_assert_gt(c->tx_acked, heard, "the window update reached the writer");
+	cr_assert_gt(stream_tx_space(c), 0);
+	cr_assert_not(stream_mask(c) & EPOLLOUT, "room %zu for %zu unread: not yet",
+		      stream_tx_space(c), (size_t)(c->tx_seq - c->tx_acked));
+	cr_assert_not(ffile_mask(c->file) & EPOLLOUT);
+	/* Another quarter: room a half, unread a half. */
+	cr_assert_eq(stream_recv(P.b, s, &r, 1, 0), w / 4);
+	for (int i = 0; i < 1000 && !writable_file(c); i++)
+		pump();
+	cr_assert(writable_file(c), "room %zu for %zu unread: writable", stream_tx_space(c),
+		  (size_t)(c->tx_seq - c->tx_acked));
+	/* A write that leaves room under half the unread turns it back. */
+	struct iovec most = {buf, stream_tx_space(c) - 1};
+	cr_assert_eq(stream_send(P.a, c, &most, 1), (ssize_t)most.iov_len);
+	cr_assert_not(ffile_mask(c->file) & EPOLLOUT, "one byte of room: not writable");
+	struct iovec one = {buf, 1};
+	cr_assert_eq(stream_send(P.a, c, &one, 1), 1, "the byte of room still takes a write");
 }
 
 Test(stream, a_stalled_stream_does_not_block_another, .init = clean, .fini = close_endpoints,

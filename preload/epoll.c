@@ -887,9 +887,9 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 			continue;
 		}
 		if (armed == -EAGAIN) {
-			/* Packets are already waiting: handle them, do not sleep. */
+			/* Packets were already waiting and the arm handled them:
+			 * do not sleep. */
 			__atomic_sub_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
-			wait_progress_run();
 			n = ep_harvest(ep, events, max);
 			if (n > 0)
 				return n;

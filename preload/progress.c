@@ -38,13 +38,11 @@ static int pg_long_sleep; /* atomic: the thread sleeps longer than a tick */
 static int pg_nic_replaced; /* atomic: the notify fd's socket was replaced */
 static struct thread_pause pg_pause;
 
-static unsigned progress_run(void)
+/* One pass of the loop, the lock held and ferry entered by the caller;
+ * lets the lock go. */
+static unsigned progress_pass_unlock(struct rpc *rpc)
 {
-	struct rpc *rpc = pg_rpc;
-	if (!rpc || !rpc_trylock(rpc))
-		return 0;
 	txdefer_begin();
-	ferry_internal_enter();
 	stream_tx_deferred_clear();
 	unsigned n = stream_run_once(rpc);
 	/* The pass's own clock: a spinning thread comes here every few hundred
@@ -53,14 +51,26 @@ static unsigned progress_run(void)
 	bool busy = rpc_busy(rpc);
 	rpc_unlock(rpc);
 	txdefer_end(); /* inside ferry still, as in ferry_unlock */
-	ferry_internal_leave();
 	__atomic_store_n(&pg_last_run, now, __ATOMIC_RELAXED);
 	if (busy)
 		progress_note_work();
 	return n;
 }
 
-/* Only a thread that holds the lock may arm. */
+static unsigned progress_run(void)
+{
+	struct rpc *rpc = pg_rpc;
+	if (!rpc || !rpc_trylock(rpc))
+		return 0;
+	ferry_internal_enter();
+	unsigned n = progress_pass_unlock(rpc);
+	ferry_internal_leave();
+	return n;
+}
+
+/* Only a thread that holds the lock may arm. Packets already waiting are
+ * handled now, under the lock the arm took (-EAGAIN): a thread woken for
+ * them takes the lock once, not once to arm and again to run the loop. */
 static int progress_arm(void)
 {
 	struct rpc *rpc = pg_rpc;
@@ -70,6 +80,11 @@ static int progress_arm(void)
 		return -EBUSY;
 	ferry_internal_enter();
 	int rc = rpc_arm_notify(rpc);
+	if (rc == 1) {
+		progress_pass_unlock(rpc);
+		ferry_internal_leave();
+		return -EAGAIN;
+	}
 	int fd = rpc_notify_fd(rpc);
 	bool busy = rpc_busy(rpc);
 	ferry_internal_leave();
@@ -77,8 +92,6 @@ static int progress_arm(void)
 	/* The caller is about to sleep with no timer: somebody must tick. */
 	if (busy)
 		progress_note_work();
-	if (rc == 1)
-		return -EAGAIN;
 	return rc == 0 ? fd : -1;
 }
 

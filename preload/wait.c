@@ -537,10 +537,8 @@ static int wait_block_once(struct waiter *w, struct pollfd *kfds, unsigned nk,
 	int nfd = -1;
 	if (ops) {
 		nfd = wait_arm_ops(ops);
-		if (nfd == -EAGAIN) {
-			ops->run();
-			return 0;
-		}
+		if (nfd == -EAGAIN)
+			return 0; /* the arm ran the loop for what was waiting */
 		if (nfd == -EBUSY) {
 			sched_yield(); /* see ep_wait */
 			return 0;

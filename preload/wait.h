@@ -91,6 +91,9 @@ void wait_unlink(struct ffile *f, struct wait_node *n);
  */
 struct wait_progress_ops {
 	unsigned (*run)(void); /* packets received, 0 also when another thread runs it */
+	/* The fd to sleep on, -1 for none, -EBUSY while another thread holds
+	 * the loop, or -EAGAIN: packets were waiting and arm ran the loop for
+	 * them (do not sleep; look for their events). */
 	int (*arm)(void);
 	void (*flush)(void); /* sends what the application queued */
 	/* Optional: the nic's last look found it empty (rpc_rx_drained), and

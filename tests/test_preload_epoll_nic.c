@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <errno.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -548,4 +550,58 @@ Test(epoll_nic, a_receive_that_finds_nothing_looks_only_if_no_wait_follows)
 	wait_flush();
 	__atomic_store_n(&nic_was_drained, false, __ATOMIC_RELAXED);
 	cr_expect_not(wait_miss_skips_look(), "a miss at a nic that may hold packets did not look");
+}
+
+/* An arm that finds packets waiting runs the loop for them itself, under
+ * the lock it took, and says so (-EAGAIN): the waiter looks for their
+ * events and runs no pass of its own, so a thread woken for a packet takes
+ * the endpoint lock once. */
+static unsigned arms_that_ran;
+
+static int arm_running_waiting(void)
+{
+	uint64_t v;
+	if (read(nic_fd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+		return nic_fd;
+	__atomic_add_fetch(&arms_that_ran, 1, __ATOMIC_RELAXED);
+	ffile_notify(packet_file, EPOLLIN, EPOLLIN);
+	return -EAGAIN;
+}
+
+static const struct wait_progress_ops arm_runs_ops = {
+	.run = nic_run, .arm = arm_running_waiting, .rx_drained = nic_drained};
+
+static void arm_finds_a_packet(void)
+{
+	__atomic_store_n(&nic_was_drained, true, __ATOMIC_RELAXED);
+	wait_set_progress(&arm_runs_ops, 0);
+	arms_that_ran = 0;
+	cr_assert_eq(eventfd_write(nic_fd, 1), 0);
+}
+
+Test(epoll_nic, an_arm_that_ran_the_loop_is_not_followed_by_a_pass)
+{
+	int ep = ferry_instance(&packet_file);
+	arm_finds_a_packet();
+	unsigned before = __atomic_load_n(&nic_runs, __ATOMIC_RELAXED);
+	struct epoll_event ev;
+	cr_assert_eq(epoll_wait(ep, &ev, 1, 5000), 1, "the packet's event came back");
+	cr_assert_eq(arms_that_ran, 1);
+	cr_assert_eq(__atomic_load_n(&nic_runs, __ATOMIC_RELAXED), before,
+		     "a pass ran after the arm that handled the packet");
+	close(ep);
+}
+
+Test(epoll_nic, a_poll_whose_arm_ran_the_loop_runs_no_pass)
+{
+	int fd;
+	packet_file = test_file(&fd);
+	arm_finds_a_packet();
+	unsigned before = __atomic_load_n(&nic_runs, __ATOMIC_RELAXED);
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 5000), 1, "the packet's event came back");
+	cr_assert(p.revents & POLLIN);
+	cr_assert_eq(arms_that_ran, 1);
+	cr_assert_eq(__atomic_load_n(&nic_runs, __ATOMIC_RELAXED), before,
+		     "a pass ran after the arm that handled the packet");
 }

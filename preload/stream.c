@@ -197,10 +197,10 @@ size_t stream_tx_space(const struct stream *s)
 	return limit > s->tx_seq ? (size_t)(limit - s->tx_seq) : 0;
 }
 
-/* As sk_stream_is_writeable: writable once the free room is at least half
- * of what the peer has yet to read, so a writer that filled the window is
- * woken for a third of it, not once for every packet its reader frees. */
-static bool stream_tx_writable(const struct stream *s)
+/* Writable once the free room is at least half of what the peer has yet to
+ * read, so a writer that filled the window is woken for a third of it, not
+ * once for every packet its reader frees. */
+bool stream_tx_writable(const struct stream *s)
 {
 	size_t space = stream_tx_space(s);
 	return space > 0 && space >= (size_t)(s->tx_seq - s->tx_acked) / 2;

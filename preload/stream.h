@@ -190,6 +190,9 @@ void stream_fork_child(void);
 uint32_t stream_mask(const struct stream *s);
 /* Bytes the peer may still take, bytes unread here. */
 size_t stream_tx_space(const struct stream *s);
+/* As sk_stream_is_writeable: room of at least half what the peer has yet
+ * to read (what poll reports as EPOLLOUT while the stream is open). */
+bool stream_tx_writable(const struct stream *s);
 /* Bytes sent and not yet consumed by the peer (SIOCOUTQ). */
 size_t stream_tx_queued(const struct stream *s);
 /* Takes the pending error (SO_ERROR). */

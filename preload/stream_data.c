@@ -403,9 +403,9 @@ ssize_t stream_send_flags(struct rpc *rpc, struct stream *s, const struct iovec 
 	}
 	if (done == 0)
 		return -EAGAIN;
-	uint32_t mask = s->file ? stream_mask(s) : EPOLLOUT;
-	if (!(mask & EPOLLOUT))
-		stream_ready(s->file, mask, 0);
+	/* Turned not writable: the file's readiness says so. */
+	if (s->file && !stream_tx_writable(s))
+		stream_ready(s->file, stream_mask(s), 0);
 	return (ssize_t)done;
 }
 

@@ -520,17 +520,6 @@ void wait_spin_outcome(bool found)
 }
 
 static int wait_block_once(struct waiter *w, struct pollfd *kfds, unsigned nk,
-			   const struct timespec *timeout, const sigset_t *sigmask);
-
-int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct timespec *timeout,
-	       const sigset_t *sigmask)
-{
-	int rc = wait_block_once(w, kfds, nk, timeout, sigmask);
-	wait_spin_adapt();
-	return rc;
-}
-
-static int wait_block_once(struct waiter *w, struct pollfd *kfds, unsigned nk,
 			   const struct timespec *timeout, const sigset_t *sigmask)
 {
 	const struct wait_progress_ops *ops = __atomic_load_n(&wait_ops, __ATOMIC_ACQUIRE);
@@ -598,6 +587,14 @@ static int wait_block_once(struct waiter *w, struct pollfd *kfds, unsigned nk,
 		ops->run();
 	}
 	return mine;
+}
+
+int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct timespec *timeout,
+	       const sigset_t *sigmask)
+{
+	int rc = wait_block_once(w, kfds, nk, timeout, sigmask);
+	wait_spin_adapt();
+	return rc;
 }
 
 bool wait_signals_restart(void)

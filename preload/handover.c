@@ -160,6 +160,29 @@ static int ho_recv_all(int fd, void *buf, size_t len)
 	return 0;
 }
 
+/* Until a packet comes, the peer's answer to MOVE is in (another thread's
+ * pass may have taken it: stream_set_move_heard pokes ho_wake), or a
+ * millisecond passes, for what no answer marks (the peer's last bytes).
+ * Looking every 20 us instead cost the owner five passes and as many
+ * context switches per handover. */
+static void ho_move_sleep(void)
+{
+	ferry_lock();
+	int armed = rpc_arm_notify(ferry.rpc);
+	int nic_fd = rpc_notify_fd(ferry.rpc);
+	ferry_unlock();
+	if (armed == 1)
+		return; /* packets are waiting: the caller's pass takes them */
+	struct pollfd p[2] = {{.fd = ho_wake, .events = POLLIN},
+			      {.fd = nic_fd, .events = POLLIN}};
+	sys()->poll(p, armed == 0 && nic_fd >= 0 ? 2 : 1, 1);
+	if (p[0].revents) {
+		uint64_t v;
+		ssize_t r = sys()->read(ho_wake, &v, sizeof(v));
+		(void)r;
+	}
+}
+
 /* Stops s at the peer and waits until every byte either way is in; then
  * fills the answer. The endpoint lock is taken in turns, so the process
  * goes on meanwhile. */
@@ -195,8 +218,7 @@ static int ho_move(struct stream *s, struct ho_resp *resp, uint8_t *bytes)
 			return rc < 0 ? rc : 0;
 		if (clock_now_ns() > deadline)
 			return -ETIMEDOUT;
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
+		ho_move_sleep();
 	}
 }
 
@@ -493,6 +515,7 @@ static int ho_start(void)
 	}
 	pthread_detach(t);
 	ho_started = true;
+	stream_set_move_heard(handover_poke);
 	return 0;
 }
 

@@ -284,6 +284,10 @@ struct stream_snap {
 int stream_move_out(struct rpc *rpc, struct stream *s, uint64_t cookie);
 /* Whether the peer stopped and every byte either way arrived. */
 bool stream_move_ready(const struct stream *s);
+/* fn runs (endpoint lock held, in whichever thread's pass took it) when the
+ * peer answers a MOVE: the owner waiting for that answer sleeps until then
+ * instead of looking again and again. NULL: nobody is told. */
+void stream_set_move_heard(void (*fn)(void));
 /* Fills snap (not peer_mgmt) and returns the unread bytes' count; copies
  * them to buf (cap at least STREAM_WINDOW). */
 size_t stream_snapshot(const struct stream *s, struct stream_snap *snap, void *buf, size_t cap);

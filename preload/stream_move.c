@@ -16,6 +16,13 @@
  * that never comes (it died on the way) must not hang our writers. */
 #define STREAM_MOVE_TIMEOUT_NS (5000ull * 1000000ull)
 
+static void (*move_heard)(void);
+
+void stream_set_move_heard(void (*fn)(void))
+{
+	move_heard = fn;
+}
+
 static void move_cont(struct rpc *rpc, int status, const struct msgbuf *resp, void *tag)
 {
 	struct stream *s = ((struct stream_tx *)tag)->s;
@@ -29,6 +36,8 @@ static void move_cont(struct rpc *rpc, int status, const struct msgbuf *resp, vo
 		s->move_refused = true;
 	}
 	stream_ctl_cont(rpc, status, resp, tag);
+	if (move_heard)
+		move_heard();
 }
 
 int stream_move_out(struct rpc *rpc, struct stream *s, uint64_t cookie)

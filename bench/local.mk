@@ -12,3 +12,7 @@ bench_shm_pingpong_SOURCES = bench/shm_pingpong.c bench/pin.h
 # notice: how long a blocked reader takes to learn its server was SIGKILLed.
 noinst_PROGRAMS += bench/notice
 bench_notice_SOURCES = bench/notice.c
+# forkconn: a fork-per-connection echo server and a client that connects
+# again and again (bench/forkconn.sh).
+noinst_PROGRAMS += bench/forkconn
+bench_forkconn_SOURCES = bench/forkconn.c

@@ -498,6 +498,8 @@ static int ho_start(void)
 	}
 	ho_lfd = lfd;
 	ho_wake = wake;
+	/* Before the thread that sends MOVEs; a no-op until ho_started. */
+	stream_set_move_heard(handover_poke);
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -515,7 +517,6 @@ static int ho_start(void)
 	}
 	pthread_detach(t);
 	ho_started = true;
-	stream_set_move_heard(handover_poke);
 	return 0;
 }
 

@@ -1,6 +1,6 @@
 /* Helpers for tests that run the interposer in their own process (their
  * socket calls are ferry's): the udp datapath, a loopback listener, counts
- * of descriptors and threads, a socket's kernel identity, and descriptors
+ * of descriptors and threads, a thread by name, a socket's kernel identity, and descriptors
  * passed over a unix socket. */
 #ifndef FERRY_TEST_PRELOAD_PROC_UTIL_H
 #define FERRY_TEST_PRELOAD_PROC_UTIL_H
@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -56,6 +57,30 @@ static inline int proc_entries(const char *dir)
 		n += e->d_name[0] != '.';
 	closedir(d);
 	return n;
+}
+
+/* The thread of this process called name (top -H, ps -L), or -1. */
+static inline int thread_tid_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	cr_assert_not_null(d);
+	int tid = -1;
+	for (struct dirent *e; tid < 0 && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		char path[300], comm[32] = "";
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		if (strcmp(comm, name) == 0)
+			tid = atoi(e->d_name);
+	}
+	closedir(d);
+	return tid;
 }
 
 /* Open descriptors, the one counting them not counted. */

@@ -3,7 +3,6 @@
 #include "autoconfig.h"
 
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -293,33 +292,19 @@ Test(fork, a_stream_asked_for_while_the_parent_closes_its_copy_is_handed_over, .
 /* Context switches so far of this process's thread named name, or -1. */
 static long thread_switches(const char *name)
 {
-	DIR *d = opendir("/proc/self/task");
-	if (!d)
+	int tid = thread_tid_named(name);
+	if (tid < 0)
 		return -1;
-	long total = -1;
-	struct dirent *e;
-	while (total < 0 && (e = readdir(d)) != NULL) {
-		char path[300], comm[32] = "";
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		bool match = fgets(comm, sizeof(comm), f) && strncmp(comm, name, strlen(name)) == 0;
+	char path[64], line[128];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", tid);
+	FILE *f = fopen(path, "r");
+	long total = -1, v;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+		    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+			total = (total < 0 ? 0 : total) + v;
+	if (f)
 		fclose(f);
-		if (!match)
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
-		f = fopen(path, "r");
-		char line[128];
-		long v;
-		while (f && fgets(line, sizeof(line), f))
-			if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
-			    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
-				total = (total < 0 ? 0 : total) + v;
-		if (f)
-			fclose(f);
-	}
-	closedir(d);
 	return total;
 }
 

@@ -159,28 +159,10 @@ Test(start, a_stream_is_carried_end_to_end, .timeout = 30)
 	close(lis);
 }
 
-/* Whether a thread of this process is called name (top -H, ps -L). */
+/* Whether a thread of this process is called name. */
 static bool thread_named(const char *name)
 {
-	DIR *d = opendir("/proc/self/task");
-	cr_assert(d);
-	bool found = false;
-	struct dirent *e;
-	while (!found && (e = readdir(d))) {
-		if (e->d_name[0] == '.')
-			continue;
-		char path[300], comm[32] = "";
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof(comm), f))
-			comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
-		found = strcmp(comm, name) == 0;
-	}
-	closedir(d);
-	return found;
+	return thread_tid_named(name) >= 0;
 }
 
 /* ferry's threads name themselves as they start (prctl): naming one from

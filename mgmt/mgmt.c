@@ -548,6 +548,17 @@ static int run_sync(struct mgmt *m, struct cmd *c)
 	return c->result;
 }
 
+/* What the parent knew of the route's MTU (path_data_max), for the fork
+ * child's next mgmt: its first handshake goes where the parent's client
+ * is, an address the parent has just asked about (postgres's backend
+ * answering its postmaster's client). Written and read by the child's
+ * one thread, before its ferry starts. */
+static struct {
+	struct mgmt_addr host;
+	uint32_t pkt;
+	uint64_t at_ns;
+} mtu_inherited;
+
 struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
 			 char *msg, size_t msglen)
 {
@@ -561,6 +572,9 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 	m->stats = stats;
 	m->uuid = mgmt_net_random64();
 	mgmt_proc_self(&m->self);
+	m->mtu_host = mtu_inherited.host;
+	m->mtu_pkt = mtu_inherited.pkt;
+	m->mtu_at_ns = mtu_inherited.at_ns;
 	m->queue_tail = &m->queue;
 	m->completions_tail = &m->completions;
 	m->tombs_tail = &m->tombs_oldest;
@@ -667,6 +681,9 @@ int mgmt_peer_addr_forked(struct mgmt *m, struct rpc *rpc, int session,
 
 void mgmt_forked_child(struct mgmt *m)
 {
+	mtu_inherited.host = m->mtu_host;
+	mtu_inherited.pkt = m->mtu_pkt;
+	mtu_inherited.at_ns = m->mtu_at_ns;
 	if (m->ctl4 >= 0)
 		sys()->close(m->ctl4);
 	if (m->ctl6 >= 0)

@@ -151,7 +151,8 @@ void mgmt_set_offer_handler(struct mgmt *m, mgmt_offer_fn fn, void *ctx);
  */
 typedef void (*mgmt_widen_fn)(void *ctx);
 void mgmt_set_widen_handler(struct mgmt *m, mgmt_widen_fn fn, void *ctx);
-/* In a fork child: closes the control sockets, which are the parent's. */
+/* In a fork child: closes the control sockets, which are the parent's, and
+ * keeps what the route's MTU was for the child's next mgmt. */
 void mgmt_forked_child(struct mgmt *m);
 /* Around fork, with the thread held: no caller's command is half done in
  * the tables the child copies (mgmt_freeze in the parent before, mgmt_thaw

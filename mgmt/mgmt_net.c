@@ -195,8 +195,16 @@ int mgmt_net_read_error(int fd, struct mgmt_addr *dest, int *err)
 	return 1;
 }
 
+static uint64_t mgmt_mtu_asks; /* atomic */
+
+uint64_t mgmt_net_mtu_asks(void)
+{
+	return __atomic_load_n(&mgmt_mtu_asks, __ATOMIC_RELAXED);
+}
+
 uint32_t mgmt_net_udp_payload_max(const struct mgmt_addr *addr)
 {
+	__atomic_add_fetch(&mgmt_mtu_asks, 1, __ATOMIC_RELAXED);
 	int family = mgmt_addr_family(addr);
 	int fd = sys()->socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)

@@ -55,6 +55,8 @@ int mgmt_net_read_error(int fd, struct mgmt_addr *dest, int *err);
  * IP and UDP headers. 0 when the kernel cannot tell.
  */
 uint32_t mgmt_net_udp_payload_max(const struct mgmt_addr *addr);
+/* How many times this process asked the kernel so (for tests). */
+uint64_t mgmt_net_mtu_asks(void);
 
 /* Sends one datagram; never blocks. Returns 0 or -errno. */
 int mgmt_net_send(int fd, const void *buf, size_t len, const struct sockaddr *to,

@@ -34,6 +34,7 @@
 #include "preload/stream.h"
 #include "preload/wait.h"
 #include "transport/nic.h"
+#include "transport/procinfo.h"
 #include "transport/rpc.h"
 #include "transport/sys.h"
 #include "transport/txdefer.h"
@@ -139,6 +140,7 @@ FERRY_EXPORT pid_t fork(void)
 	txdefer_fork_child(); /* first: nothing the parent staged is ours */
 	handover_fork_child_begin();
 	statmap_fork_child();
+	procinfo_forked(fork_parent); /* no namespace read again */
 	passfd_fork_child();
 	lshare_fork_child_begin();
 	fdtable_each(&fdtab, fork_kill_file, NULL);

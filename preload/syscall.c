@@ -7,6 +7,8 @@
  *   descriptor this way: without it a closed connection was never ended
  *   for its peer, and its stale number hid the next socket the kernel gave
  *   that number (node's cluster workers took one connection each).
+ * - SYS_unshare and SYS_setns forget the namespaces read, as unshare and
+ *   setns do (namespace.c).
  * Everything passes on as the raw system call it is, not through libc's
  * syscall(): ferry's own raw calls (sys.c) come here too, some while dlsym
  * runs, when nothing could be resolved, and a sanitizer's runtime sets
@@ -17,6 +19,7 @@
 #if defined(__x86_64__) || defined(__aarch64__)
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,6 +27,7 @@
 #include "preload/close.h"
 #include "preload/export.h"
 #include "preload/sandbox.h"
+#include "transport/procinfo.h"
 
 #define SYSCALL_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
 
@@ -85,6 +89,8 @@ FERRY_EXPORT long syscall(long nr, ...)
 		sandbox_enter_once();
 	else if (nr == SYS_close)
 		return fd_close((int)a1, raw_close);
+	else if ((nr == SYS_unshare && (a1 & (CLONE_NEWNET | CLONE_NEWPID))) || nr == SYS_setns)
+		procinfo_ns_changed();
 #ifdef SYS_close_range
 	else if (nr == SYS_close_range)
 		return fd_close_range((unsigned)a1, (unsigned)a2, (int)a3, raw_close_range);

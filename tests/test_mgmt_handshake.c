@@ -4,7 +4,9 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -291,6 +293,46 @@ Test(mgmt_handshake, a_fork_child_reads_the_peer_address_the_parent_had)
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "the child read another address than the parent's");
+}
+
+/* A fork child's first handshake goes where its parent's did (postgres's
+ * backend to its postmaster's client): the route's MTU the parent asked the
+ * kernel about is the child's too, not asked again. */
+Test(mgmt_handshake, a_fork_childs_handshake_asks_the_route_nothing_the_parent_knew)
+{
+	uint64_t asks = mgmt_net_mtu_asks();
+	cr_assert_geq(connect_port(port, 5000), 0);
+	cr_assert_gt(mgmt_net_mtu_asks(), asks, "the parent never asked: nothing to hand over");
+	struct mgmt *cm = nexus_mgmt(client);
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	mgmt_hold(cm);
+	mgmt_freeze(cm);
+	pid_t pid = fork();
+	if (pid == 0) {
+		mgmt_forked_child(cm);
+		struct nexus *mine = tmu_nexus(0, 0);
+		struct sockaddr_in a = tmu_loopback(port);
+		uint64_t before = mgmt_net_mtu_asks();
+		int64_t out[2];
+		out[0] = mgmt_connect(nexus_mgmt(mine), nexus_rpc(mine), (struct sockaddr *)&a,
+				      sizeof(a), 5000);
+		out[1] = (int64_t)(mgmt_net_mtu_asks() - before);
+		ssize_t w = write(p[1], out, sizeof(out));
+		(void)w;
+		raise(SIGKILL); /* no exit handler of the parent's runs here */
+	}
+	mgmt_thaw(cm);
+	mgmt_release(cm);
+	cr_assert_gt(pid, 0);
+	int64_t got[2];
+	cr_assert_eq(read(p[0], got, sizeof(got)), (ssize_t)sizeof(got));
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert_geq(got[0], 0, "the child's handshake failed: %s", strerror((int)-got[0]));
+	cr_assert_eq(got[1], 0, "the child asked the route %lld time(s)", (long long)got[1]);
+	close(p[0]);
+	close(p[1]);
 }
 
 Test(mgmt_handshake, closed_port_is_refused_not_timed_out)

@@ -10,7 +10,9 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +21,7 @@
 #include "preload/ferry.h"
 #include "preload/listener.h"
 #include "preload_proc_util.h"
+#include "transport/procinfo.h"
 #include "transport/rpc.h"
 #include "transport/stats.h"
 
@@ -245,6 +248,41 @@ Test(fork, a_child_holds_no_copy_of_the_parents_ferry_sockets, .timeout = 30)
 	cr_assert_eq(waitpid(child, &status, 0), child);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
 	cr_assert_neq(fcntl(nic_fd, F_GETFD), -1, "the parent's stays");
+	close(lis);
+}
+
+/* A fork child is in its parent's namespaces: the inodes the parent read
+ * from /proc/self/ns are the child's, read again only once it unshares,
+ * and then the new ones. Exit codes say which step failed. */
+Test(fork, a_child_reads_no_namespace_until_it_unshares, .timeout = 30)
+{
+	env_udp();
+	struct sockaddr_in a;
+	int lis = loopback_listener(&a);
+	cr_assert(ferry_up());
+	uint64_t net = procinfo_ns_inode("net"), pidns = procinfo_ns_inode("pid");
+	cr_assert(net != 0 && pidns != 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		uint64_t reads = procinfo_ns_reads();
+		if (procinfo_ns_inode("net") != net || procinfo_ns_inode("pid") != pidns)
+			_exit(2);
+		if (procinfo_ns_reads() != reads)
+			_exit(3);
+		if (unshare(CLONE_NEWNET) != 0)
+			_exit(errno == EPERM ? 10 : 4);
+		struct stat st;
+		if (stat("/proc/self/ns/net", &st) != 0 || (uint64_t)st.st_ino == net)
+			_exit(5);
+		_exit(procinfo_ns_inode("net") == (uint64_t)st.st_ino ? 0 : 6);
+	}
+	int status;
+	cr_assert_eq(waitpid(child, &status, 0), child);
+	cr_assert(WIFEXITED(status), "child status %d", status);
+	if (WEXITSTATUS(status) == 10)
+		cr_skip_test("unshare(CLONE_NEWNET) needs CAP_SYS_ADMIN; the inherited part passed");
+	cr_assert_eq(WEXITSTATUS(status), 0, "the child failed at step %d", WEXITSTATUS(status));
 	close(lis);
 }
 

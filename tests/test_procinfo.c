@@ -56,3 +56,35 @@ Test(procinfo, a_fork_child_reads_its_own_identity)
 	close(p[0]);
 	close(p[1]);
 }
+
+/* Each namespace is read from /proc once per process; a child the parent's
+ * answers were handed to (procinfo_forked) reads none, one whose process
+ * changed namespaces before the fork reads again. */
+Test(procinfo, namespaces_are_read_once_and_handed_to_a_fork_child)
+{
+	uint64_t net = procinfo_ns_inode("net");
+	cr_assert_neq(net, 0);
+	uint64_t reads = procinfo_ns_reads();
+	cr_assert_eq(procinfo_ns_inode("net"), net);
+	cr_assert_eq(procinfo_ns_reads(), reads, "read again");
+	for (int changed = 0; changed < 2; changed++) {
+		if (changed)
+			procinfo_ns_changed(); /* as unshare would before moving */
+		pid_t parent = getpid();
+		pid_t pid = fork();
+		cr_assert(pid >= 0);
+		if (pid == 0) {
+			procinfo_forked(parent);
+			uint64_t before = procinfo_ns_reads();
+			uint64_t got = procinfo_ns_inode("net");
+			uint64_t made = procinfo_ns_reads() - before;
+			_exit(got != net ? 9 : (int)made);
+		}
+		int st;
+		cr_assert(waitpid(pid, &st, 0) == pid);
+		cr_assert(WIFEXITED(st));
+		cr_assert_eq(WEXITSTATUS(st), changed ? 1 : 0,
+			     "child read %d time(s) (the process %s namespaces)", WEXITSTATUS(st),
+			     changed ? "changed" : "kept its");
+	}
+}

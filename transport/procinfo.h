@@ -12,7 +12,15 @@
 uint64_t procinfo_start_time(pid_t pid);
 
 /* The inode of this process's namespace ns ("pid", "net"), which names it
- * on this host; 0 when unreadable. */
+ * on this host; 0 when unreadable. Read once per process. */
 uint64_t procinfo_ns_inode(const char *ns);
+/* In a fork child (parent: the pid it forked from): the parent's namespace
+ * inodes are the child's too, unless the process changed namespaces. */
+void procinfo_forked(pid_t parent);
+/* The process is about to change namespaces (unshare, setns): what was
+ * read is forgotten, and no fork child trusts its parent's answers again. */
+void procinfo_ns_changed(void);
+/* How many times this process read a namespace from /proc (for tests). */
+uint64_t procinfo_ns_reads(void);
 
 #endif

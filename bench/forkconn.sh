@@ -13,30 +13,42 @@
 # client did not open a session to each child (its children did not carry
 # their connections) is marked FALLBACK.
 #
-# Usage: bench/forkconn.sh [-B BUILDDIR] [-t "udp softib"] [-n N] [-r RUNS]
+# Then, in a pass of its own (tracing slows every call), the system calls a
+# connection costs, counted by strace -c -f: the server's (its parent, all
+# threads, and its children) and the client's, all of them and those left
+# when waits (poll, epoll_wait, futex, sched_yield...) and calls that failed
+# (a look that found nothing: EAGAIN) are taken out. The second count moves
+# much less with the machine's noise than times do; wake-ups still depend
+# on timing, so compare it over a few hundred connections.
+#
+# Usage: bench/forkconn.sh [-B BUILDDIR] [-t "udp softib"] [-n N] [-r RUNS] [-s S]
 #   BUILDDIR   a configured and built tree (default: the current directory)
 #   -t         ferry transports (default: udp, plus softib where it works)
 #   -n         connections per run (default 1000)
 #   -r         runs of each path, taken in turns (default 1)
+#   -s         connections of the system-call pass (default 200; 0 skips it)
 
 set -u
 builddir=$(pwd)
 transports=
 n=1000
 runs=1
+traced=200
 while [ $# -gt 0 ]; do
 	case $1 in
 	-B) builddir=$2; shift 2 ;;
 	-t) transports=$2; shift 2 ;;
 	-n) n=$2; shift 2 ;;
 	-r) runs=$2; shift 2 ;;
-	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-s) traced=$2; shift 2 ;;
+	-h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "forkconn.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
 . "$(dirname "$0")/lib.sh"
 bench_build "$builddir"
 bench_need ss
+[ "$traced" -gt 0 ] && bench_need strace
 fc=$builddir/bench/forkconn
 [ -x "$fc" ] || { echo "forkconn.sh: $fc is not built (make)" >&2; exit 2; }
 [ -z "$transports" ] && transports=$(default_transports)
@@ -112,3 +124,55 @@ while [ $r -lt "$runs" ]; do
 	done
 	r=$((r + 1))
 done
+
+# syscalls MODE: "server client" system calls per connection over $traced
+# connections, strace attached to the running server (-f: its threads and
+# the children it forks) and in front of the client.
+calls_in() { awk '$NF == "total" {print $4}' "$1"; }
+work_in() {
+	awk 'NR > 2 && $NF != "total" && $4 ~ /^[0-9]+$/ {
+		if ($NF ~ /^(poll|ppoll|select|pselect6|epoll_wait|epoll_pwait|epoll_pwait2|futex|sched_yield|nanosleep|clock_nanosleep|wait4|restart_syscall)$/)
+			next
+		w += $4 - (NF == 6 ? $5 : 0)
+	} END { print w + 0 }' "$1"
+}
+syscalls() {
+	mode=$1
+	port=$(free_port)
+	if [ "$mode" = kernel ]; then
+		"$fc" serve "$port" >"$work/server.out" 2>&1 &
+	else
+		"$ferry_run" --transport "$mode" "$fc" serve "$port" >"$work/server.out" 2>&1 &
+	fi
+	server_pid=$!
+	wait_listen "$port" || { echo "forkconn.sh: the server did not start" >&2; exit 1; }
+	tag=warm
+	with "$mode" "$fc" connect "$port" 20 >/dev/null || exit 1
+	rm -f "$work/st-server.txt" "$work/st-client.txt"
+	strace -f -c -o "$work/st-server.txt" -p "$server_pid" 2>/dev/null &
+	tracer=$!
+	sleep 0.5 # attached to every thread
+	tag=trace
+	with "$mode" strace -f -c -o "$work/st-client.txt" "$fc" connect "$port" "$traced" \
+		>/dev/null 2>&1 || exit 1
+	sleep 0.3 # the last children exit
+	kill -INT "$tracer" 2>/dev/null
+	wait "$tracer" 2>/dev/null
+	kill -TERM "$server_pid" 2>/dev/null
+	wait "$server_pid" 2>/dev/null
+	server_pid=
+	awk -v s="$(calls_in "$work/st-server.txt")" -v c="$(calls_in "$work/st-client.txt")" \
+		-v sw="$(work_in "$work/st-server.txt")" -v cw="$(work_in "$work/st-client.txt")" \
+		-v n="$traced" 'BEGIN { printf "%.1f %.1f %.1f %.1f\n", s / n, sw / n, c / n, cw / n }'
+}
+
+if [ "$traced" -gt 0 ]; then
+	echo
+	echo "system calls per connection (strace -c -f, $traced connections, a pass of its own)"
+	printf '%-8s %9s %13s %9s %13s\n' path server "server work" client "client work"
+	for m in kernel $transports; do
+		# shellcheck disable=SC2046 # four numbers
+		set -- $(syscalls "$m")
+		printf '%-8s %9s %13s %9s %13s\n' "$m" "$1" "$2" "$3" "$4"
+	done
+fi

@@ -67,23 +67,28 @@ report() {
 	grep '^parent_cpu_us' "$work/server.out" | sed -n "${1}p"
 }
 
+# serve_warm MODE: the server on a free port (port, server_pid), its first
+# connections made. Counters come from the client only: a file from each
+# child would cost them what the kernel's children never pay.
+serve_warm() {
+	if [ "$1" = kernel ]; then
+		"$fc" serve "$port" >"$work/server.out" 2>&1 &
+	else
+		"$ferry_run" --transport "$1" "$fc" serve "$port" >"$work/server.out" 2>&1 &
+	fi
+	server_pid=$!
+	wait_listen "$port" || { echo "forkconn.sh: the server did not start" >&2; exit 1; }
+	tag=warm
+	with "$1" "$fc" connect "$port" 20 >/dev/null || exit 1
+}
+
 kernel_rate=
 printf '%-8s %8s %7s %7s %7s %9s %9s %9s %9s %9s\n' path "conn/s" ratio "p50 us" "p99 us" \
 	"parent us" "child us" "client us" "total us" "switches"
 measure() { # MODE
 	mode=$1
 	port=$(free_port)
-	# Counters from the client only: a file from each child would cost
-	# them what the kernel's children never pay.
-	if [ "$mode" = kernel ]; then
-		"$fc" serve "$port" >"$work/server.out" 2>&1 &
-	else
-		"$ferry_run" --transport "$mode" "$fc" serve "$port" >"$work/server.out" 2>&1 &
-	fi
-	server_pid=$!
-	wait_listen "$port" || { echo "forkconn.sh: the server did not start" >&2; exit 1; }
-	tag=warm
-	with "$mode" "$fc" connect "$port" 20 >/dev/null || exit 1
+	serve_warm "$mode"
 	sleep 0.2
 	before=$(report 1) || exit 1
 	tag=cli
@@ -139,15 +144,7 @@ work_in() {
 syscalls() {
 	mode=$1
 	port=$(free_port)
-	if [ "$mode" = kernel ]; then
-		"$fc" serve "$port" >"$work/server.out" 2>&1 &
-	else
-		"$ferry_run" --transport "$mode" "$fc" serve "$port" >"$work/server.out" 2>&1 &
-	fi
-	server_pid=$!
-	wait_listen "$port" || { echo "forkconn.sh: the server did not start" >&2; exit 1; }
-	tag=warm
-	with "$mode" "$fc" connect "$port" 20 >/dev/null || exit 1
+	serve_warm "$mode"
 	rm -f "$work/st-server.txt" "$work/st-client.txt"
 	strace -f -c -o "$work/st-server.txt" -p "$server_pid" 2>/dev/null &
 	tracer=$!

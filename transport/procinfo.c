@@ -64,12 +64,13 @@ static uint64_t procinfo_read_start_time(pid_t pid)
 /*
  * Namespace inodes, read once per process: a stat of /proc/self/ns costs a
  * walk through procfs (about 20 us here), and a fork-per-connection child
- * asked three times (its stats file, its management identity, softib). A
- * fork child is where its parent is, so it keeps the parent's answers
- * (procinfo_forked), unless the process ever changed namespaces
- * (procinfo_ns_changed): after unshare(CLONE_NEWPID) its children's pid
- * namespace is not its own. Each entry is keyed by the pid that read it,
- * so a child made any other way (clone) reads again.
+ * asked three or four times (its stats file, its management identity,
+ * softib). A fork child is where its parent is, so it keeps the parent's
+ * answers (procinfo_forked), unless the process ever changed namespaces
+ * (procinfo_ns_changed), after which every ask reads: after
+ * unshare(CLONE_NEWPID) its children's pid namespace is not its own. Each
+ * entry is keyed by the pid that read it, so a child made any other way
+ * (clone) reads again.
  */
 struct ns_memo {
 	const char *name;
@@ -102,9 +103,13 @@ uint64_t procinfo_ns_inode(const char *ns)
 	if (__atomic_load_n(&m->pid, __ATOMIC_ACQUIRE) == self)
 		return __atomic_load_n(&m->ino, __ATOMIC_RELAXED);
 	uint64_t ino = ns_read(ns);
-	if (ino && !__atomic_load_n(&ns_moved, __ATOMIC_ACQUIRE)) {
+	if (ino && !__atomic_load_n(&ns_moved, __ATOMIC_SEQ_CST)) {
 		__atomic_store_n(&m->ino, ino, __ATOMIC_RELAXED);
-		__atomic_store_n(&m->pid, self, __ATOMIC_RELEASE);
+		__atomic_store_n(&m->pid, self, __ATOMIC_SEQ_CST);
+		/* A change between the look above and the store: its clearing
+		 * may have come first, so this one clears too. */
+		if (__atomic_load_n(&ns_moved, __ATOMIC_SEQ_CST))
+			__atomic_store_n(&m->pid, 0, __ATOMIC_SEQ_CST);
 	}
 	return ino;
 }
@@ -121,9 +126,9 @@ void procinfo_forked(pid_t parent)
 
 void procinfo_ns_changed(void)
 {
-	__atomic_store_n(&ns_moved, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&ns_moved, true, __ATOMIC_SEQ_CST);
 	for (size_t i = 0; i < NS_MEMOS; i++)
-		__atomic_store_n(&ns_memos[i].pid, 0, __ATOMIC_RELEASE);
+		__atomic_store_n(&ns_memos[i].pid, 0, __ATOMIC_SEQ_CST);
 }
 
 uint64_t procinfo_ns_reads(void)

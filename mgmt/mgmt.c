@@ -553,11 +553,7 @@ static int run_sync(struct mgmt *m, struct cmd *c)
  * is, an address the parent has just asked about (postgres's backend
  * answering its postmaster's client). Written and read by the child's
  * one thread, before its ferry starts. */
-static struct {
-	struct mgmt_addr host;
-	uint32_t pkt;
-	uint64_t at_ns;
-} mtu_inherited;
+static struct mgmt_mtu mtu_inherited;
 
 struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *stats, int *err,
 			 char *msg, size_t msglen)
@@ -572,9 +568,7 @@ struct mgmt *mgmt_create(const struct ferry_config *cfg, struct ferry_stats *sta
 	m->stats = stats;
 	m->uuid = mgmt_net_random64();
 	mgmt_proc_self(&m->self);
-	m->mtu_host = mtu_inherited.host;
-	m->mtu_pkt = mtu_inherited.pkt;
-	m->mtu_at_ns = mtu_inherited.at_ns;
+	m->mtu = mtu_inherited;
 	m->queue_tail = &m->queue;
 	m->completions_tail = &m->completions;
 	m->tombs_tail = &m->tombs_oldest;
@@ -681,9 +675,7 @@ int mgmt_peer_addr_forked(struct mgmt *m, struct rpc *rpc, int session,
 
 void mgmt_forked_child(struct mgmt *m)
 {
-	mtu_inherited.host = m->mtu_host;
-	mtu_inherited.pkt = m->mtu_pkt;
-	mtu_inherited.at_ns = m->mtu_at_ns;
+	mtu_inherited = m->mtu;
 	if (m->ctl4 >= 0)
 		sys()->close(m->ctl4);
 	if (m->ctl6 >= 0)

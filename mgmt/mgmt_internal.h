@@ -126,6 +126,13 @@ struct listener {
 
 struct cmd;
 
+/* What the route to a host (port 0) carries, and when that was asked. */
+struct mgmt_mtu {
+	struct mgmt_addr host;
+	uint32_t pkt;
+	uint64_t at_ns;
+};
+
 struct mgmt {
 	const struct ferry_config *cfg;
 	struct ferry_stats *stats;
@@ -164,11 +171,9 @@ struct mgmt {
 	struct mpeer *peers;
 	unsigned npidfds; /* peers with a pidfd: the poll set holds them */
 	uint64_t next_sweep_ns;
-	/* The last host path_data_max asked the route about (port 0), and
-	 * when: a fork-per-connection server's peers all live at one address. */
-	struct mgmt_addr mtu_host;
-	uint32_t mtu_pkt;
-	uint64_t mtu_at_ns;
+	/* The last host path_data_max asked the route about: a
+	 * fork-per-connection server's peers all live at one address. */
+	struct mgmt_mtu mtu;
 	struct waiter *completions, **completions_tail; /* async done() calls due */
 };
 

@@ -112,13 +112,11 @@ static uint32_t path_data_max(struct mgmt *m, const struct nic_route *local,
 		((struct sockaddr_in6 *)(void *)&host.ss)->sin6_port = 0;
 	uint64_t now = clock_now_ns();
 	uint32_t pkt;
-	if (m->mtu_at_ns && now - m->mtu_at_ns < MGMT_MTU_KEEP_NS && mgmt_addr_equal(&host, &m->mtu_host)) {
-		pkt = m->mtu_pkt;
+	if (m->mtu.at_ns && now - m->mtu.at_ns < MGMT_MTU_KEEP_NS && mgmt_addr_equal(&host, &m->mtu.host)) {
+		pkt = m->mtu.pkt;
 	} else {
 		pkt = mgmt_net_udp_payload_max(a);
-		m->mtu_host = host;
-		m->mtu_pkt = pkt;
-		m->mtu_at_ns = now;
+		m->mtu = (struct mgmt_mtu){.host = host, .pkt = pkt, .at_ns = now};
 	}
 	if (pkt == 0)
 		return UINT32_MAX;

@@ -6,7 +6,6 @@
  */
 #include "autoconfig.h"
 
-#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,8 +15,7 @@
 
 FERRY_EXPORT int unshare(int flags)
 {
-	if (flags & (CLONE_NEWNET | CLONE_NEWPID))
-		procinfo_ns_changed();
+	procinfo_unsharing(flags);
 	return (int)sys()->syscall(SYS_unshare, flags);
 }
 

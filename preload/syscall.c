@@ -19,7 +19,6 @@
 #if defined(__x86_64__) || defined(__aarch64__)
 
 #include <errno.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -89,7 +88,9 @@ FERRY_EXPORT long syscall(long nr, ...)
 		sandbox_enter_once();
 	else if (nr == SYS_close)
 		return fd_close((int)a1, raw_close);
-	else if ((nr == SYS_unshare && (a1 & (CLONE_NEWNET | CLONE_NEWPID))) || nr == SYS_setns)
+	else if (nr == SYS_unshare)
+		procinfo_unsharing(a1);
+	else if (nr == SYS_setns)
 		procinfo_ns_changed();
 #ifdef SYS_close_range
 	else if (nr == SYS_close_range)

@@ -3,17 +3,17 @@
 #include "autoconfig.h"
 
 #include <criterion/criterion.h>
-#include <stdio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sched.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -280,10 +280,10 @@ Test(fork, a_child_reads_no_namespace_until_it_unshares, .timeout = 30)
 	int status;
 	cr_assert_eq(waitpid(child, &status, 0), child);
 	cr_assert(WIFEXITED(status), "child status %d", status);
+	close(lis);
 	if (WEXITSTATUS(status) == 10)
 		cr_skip_test("unshare(CLONE_NEWNET) needs CAP_SYS_ADMIN; the inherited part passed");
 	cr_assert_eq(WEXITSTATUS(status), 0, "the child failed at step %d", WEXITSTATUS(status));
-	close(lis);
 }
 
 /* The child asks for the stream while the parent's close of its copy is

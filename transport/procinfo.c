@@ -4,6 +4,7 @@
 #include "transport/procinfo.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,12 @@ void procinfo_ns_changed(void)
 	__atomic_store_n(&ns_moved, true, __ATOMIC_SEQ_CST);
 	for (size_t i = 0; i < NS_MEMOS; i++)
 		__atomic_store_n(&ns_memos[i].pid, 0, __ATOMIC_SEQ_CST);
+}
+
+void procinfo_unsharing(long flags)
+{
+	if (flags & (CLONE_NEWNET | CLONE_NEWPID))
+		procinfo_ns_changed();
 }
 
 uint64_t procinfo_ns_reads(void)

@@ -20,6 +20,9 @@ void procinfo_forked(pid_t parent);
 /* The process is about to change namespaces (unshare, setns): what was
  * read is forgotten, and no fork child trusts its parent's answers again. */
 void procinfo_ns_changed(void);
+/* unshare(flags) is about to run: procinfo_ns_changed if it moves the
+ * process's network namespace or its children's pid namespace. */
+void procinfo_unsharing(long flags);
 /* How many times this process read a namespace from /proc (for tests). */
 uint64_t procinfo_ns_reads(void);
 

@@ -816,6 +816,7 @@ static int ms_until(uint64_t deadline)
 static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint64_t deadline,
 		   const sigset_t *sigmask)
 {
+	wait_signal_begin();
 	wait_flush();
 	int n = ep_harvest(ep, events, max);
 	if (n > 0) {
@@ -845,6 +846,8 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 				ep_spun(ep);
 			return n;
 		}
+		if (wait_signal_hit())
+			return -EINTR;
 		/* Not on the first turn: ferry's answer is usually there by then. */
 		if (i % EP_KERNEL_EVERY == EP_KERNEL_EVERY - 1) {
 			int k = ep_kernel(ep, events, max, 0, NULL, false);
@@ -877,6 +880,8 @@ static int ep_wait(struct fepoll *ep, struct epoll_event *events, int max, uint6
 	for (;;) {
 		if (clock_now_ns() >= deadline)
 			return 0;
+		if (wait_signal_hit())
+			return -EINTR;
 		__atomic_add_fetch(&ep->sleepers, 1, __ATOMIC_ACQ_REL);
 		int armed = wait_arm();
 		if (armed == -EBUSY) {

@@ -211,14 +211,14 @@ static void ferry_install_dump_signal(void)
 {
 	int sig = SIGRTMIN + FERRY_STATS_SIGNAL_OFFSET;
 	struct sigaction old;
-	if (sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_DFL)
+	if (sys()->sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_DFL)
 		return;
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = ferry_dump_signal;
 	sa.sa_flags = SA_RESTART;
 	sigemptyset(&sa.sa_mask);
-	sigaction(sig, &sa, NULL);
+	sys()->sigaction(sig, &sa, NULL);
 }
 
 /* Reads the settings from the environment; false when ferry stays off. */

@@ -84,6 +84,7 @@ static void poll_link(struct poll_ctx *c, struct waiter *w, bool on)
 
 static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigmask)
 {
+	wait_signal_begin();
 	wait_flush();
 	int ready = poll_scan(c);
 	if (ready < 0)
@@ -124,6 +125,8 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 				return ready;
 			}
 		}
+		if (wait_signal_hit())
+			return -EINTR;
 	}
 	if (spin_us && whole)
 		wait_spin_outcome(false);
@@ -135,6 +138,8 @@ static int poll_run(struct poll_ctx *c, uint64_t deadline, const sigset_t *sigma
 		int k = 0;
 		if (ready < 0) {
 			k = ready;
+		} else if (ready == 0 && wait_signal_hit()) {
+			k = -EINTR;
 		} else if (ready == 0) {
 			struct timespec ts;
 			k = wait_block(w, c->kfds, c->nk, wait_remaining(deadline, &ts), sigmask);

@@ -119,6 +119,7 @@ void sock_sigpipe(int flags)
 int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short kevents)
 {
 	want |= EPOLLHUP;
+	wait_signal_begin();
 	wait_flush();
 	unsigned spin_us = wait_spin_us();
 	if (spin_us) {
@@ -128,6 +129,8 @@ int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short 
 				wait_spin_outcome(true);
 				return 0;
 			}
+			if (wait_signal_hit())
+				return -EINTR;
 			wait_spin_once();
 		}
 		wait_spin_outcome(false);
@@ -139,6 +142,8 @@ int sock_wait(struct ffile *f, uint32_t want, uint64_t deadline, int kfd, short 
 			return 0;
 		if (clock_now_ns() >= deadline)
 			return -EAGAIN;
+		if (wait_signal_hit())
+			return -EINTR;
 		struct pollfd kfds[3];
 		unsigned nk = 0;
 		if (kfd >= 0)

@@ -597,8 +597,29 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 	return rc;
 }
 
+static __thread volatile sig_atomic_t wait_sig_hit __attribute__((tls_model("initial-exec")));
+static __thread volatile sig_atomic_t wait_sig_restart __attribute__((tls_model("initial-exec")));
+
+void wait_signal_begin(void)
+{
+	wait_sig_hit = 0;
+}
+
+bool wait_signal_hit(void)
+{
+	return wait_sig_hit != 0;
+}
+
+void wait_signal_noted(bool restart)
+{
+	wait_sig_restart = restart;
+	wait_sig_hit = 1;
+}
+
 bool wait_signals_restart(void)
 {
+	if (wait_sig_hit)
+		return wait_sig_restart != 0;
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 		/* Faults are raised by the faulting instruction itself and never

@@ -165,11 +165,24 @@ int wait_block(struct waiter *w, struct pollfd *kfds, unsigned nk, const struct 
 
 /*
  * Whether a blocking socket call interrupted by a signal should resume, as
- * the kernel resumes one under SA_RESTART. ferry sleeps in ppoll, which the
- * kernel never restarts and which does not say which signal came, so this
- * answers yes when every caught signal's handler has SA_RESTART.
+ * the kernel resumes one under SA_RESTART. The handler that ran says, if
+ * it was installed through ferry (preload/signal.c); otherwise (ferry
+ * sleeps in ppoll, which the kernel never restarts and which does not say
+ * which signal came) yes when every caught signal's handler has SA_RESTART.
  */
 bool wait_signals_restart(void);
+
+/*
+ * A blocking call spins before it sleeps, and a signal handled meanwhile
+ * ends no kernel sleep. So the application's handlers note each run on the
+ * thread they interrupted (wait_signal_noted, async-signal-safe); a call
+ * forgets earlier runs as it begins (wait_signal_begin) and fails with
+ * EINTR where wait_signal_hit says a handler ran since, while it spins and
+ * before each sleep, as the kernel's call would have failed in its sleep.
+ */
+void wait_signal_begin(void);
+bool wait_signal_hit(void);
+void wait_signal_noted(bool restart);
 
 /* Deadlines in CLOCK_MONOTONIC nanoseconds; UINT64_MAX is "never". */
 uint64_t wait_deadline_ms(int timeout_ms);

@@ -120,6 +120,7 @@ static const struct sys_fns sys_plain = {
 	.fdopen = fdopen,
 	.prctl = prctl,
 	.syscall = syscall,
+	.sigaction = sigaction,
 };
 
 /* Every member of struct sys_fns by name, for dlsym. */
@@ -146,6 +147,7 @@ static const struct sys_name {
 	SYS_NAME(posix_spawn),	 SYS_NAME(posix_spawnp), SYS_NAME(system),
 	SYS_NAME(execve),	 SYS_NAME(execvpe),	 SYS_NAME(popen),
 	SYS_NAME(fdopen),	 SYS_NAME(prctl),	 SYS_NAME(syscall),
+	SYS_NAME(sigaction),
 };
 /* A member added to struct sys_fns but not here would stay unresolved. */
 _Static_assert(sizeof(sys_names) / sizeof(sys_names[0]) * sizeof(void (*)(void)) ==

@@ -85,6 +85,7 @@ struct sys_fns {
 	FILE *(*fdopen)(int, const char *);
 	int (*prctl)(int, ...);
 	long (*syscall)(long, ...);
+	int (*sigaction)(int, const struct sigaction *, struct sigaction *);
 };
 
 /* Written only by the resolution, and by a test that stands in for a libc

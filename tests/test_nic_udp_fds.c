@@ -78,6 +78,26 @@ static void send_and_take(struct nic *a, struct nic_peer *to, struct nic *b, uin
 	nic_post_recvs(b, &rx.buf, 1);
 }
 
+/* Descriptors this process has open. */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	cr_assert_not_null(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1; /* the directory's own */
+}
+
+/* Enough datagrams for a loopback peer to get its own socket (or to find
+ * the share used up). */
+static void use_peer(struct nic *a, struct nic_peer *to, struct nic *b)
+{
+	for (unsigned i = 0; i < NIC_UDP_PEER_LAZY; i++)
+		send_and_take(a, to, b, (uint8_t)(1 + i % 100));
+}
+
 /* Two nics, and the route from a to b. */
 struct fds_pair {
 	struct ferry_config cfg;
@@ -109,6 +129,7 @@ static void one_peer_keeps_the_numbers(struct fds_pair *p, uint8_t tag)
 	int low = lowest_free_fd();
 	struct nic_peer *to;
 	cr_assert_eq(nic_peer_create(p->a, &p->r, &to), 0);
+	use_peer(p->a, to, p->b);
 	cr_assert_eq(lowest_free_fd(), low);
 	send_and_take(p->a, to, p->b, tag);
 	nic_peer_destroy(p->a, to);
@@ -131,6 +152,7 @@ Test(nic_udp_fds, many_peers_leave_the_application_its_descriptors, .timeout = 6
 	static struct nic_peer *peers[PEERS];
 	for (int i = 0; i < PEERS; i++) {
 		cr_assert_eq(nic_peer_create(p.a, &p.r, &peers[i]), 0);
+		use_peer(p.a, peers[i], p.b);
 		cr_assert_eq(lowest_free_fd(), low, "peer %d took a low number", i);
 	}
 	/* A few descriptors may go to the peers, never most of them. */
@@ -167,8 +189,34 @@ Test(nic_udp_fds, a_huge_limit_keeps_the_table_small, .timeout = 60)
 	fds_open(&p);
 	struct nic_peer *to;
 	cr_assert_eq(nic_peer_create(p.a, &p.r, &to), 0);
+	use_peer(p.a, to, p.b);
 	cr_assert_lt(highest_fd(), 65536 + 4096);
 	nic_peer_destroy(p.a, to);
 	one_peer_keeps_the_numbers(&p, 4);
+	fds_close(&p);
+}
+
+/*
+ * A peer on loopback sends from the nic's socket until it has sent
+ * NIC_UDP_PEER_LAZY datagrams, then from a socket of its own: the peer of a
+ * process that lives for one connection never makes one.
+ */
+Test(nic_udp_fds, a_loopback_peer_gets_a_socket_once_it_is_used, .timeout = 60)
+{
+	struct fds_pair p;
+	fds_open(&p);
+	int before = open_fds();
+	struct nic_peer *to;
+	cr_assert_eq(nic_peer_create(p.a, &p.r, &to), 0);
+	cr_assert_eq(open_fds(), before, "a socket before any datagram");
+	for (unsigned i = 0; i + 1 < NIC_UDP_PEER_LAZY; i++)
+		send_and_take(p.a, to, p.b, (uint8_t)(1 + i % 100));
+	cr_assert_eq(open_fds(), before, "a socket before the %u-th datagram", NIC_UDP_PEER_LAZY);
+	send_and_take(p.a, to, p.b, 0xee);
+	cr_assert_eq(open_fds(), before + 1, "no socket of its own after %u datagrams",
+		     NIC_UDP_PEER_LAZY);
+	send_and_take(p.a, to, p.b, 0xef);
+	nic_peer_destroy(p.a, to);
+	cr_assert_eq(open_fds(), before);
 	fds_close(&p);
 }

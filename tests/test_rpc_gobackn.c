@@ -16,6 +16,7 @@
 
 #include "tests/rpc_pair.h"
 #include "transport/nic_test.h"
+#include "transport/nic_udp.h"
 
 #define REQ_ECHO 1
 /* Loop turns that take milliseconds: far less than the 10 s timeout. */
@@ -46,11 +47,11 @@ static void done(struct rpc *rpc, int status, const struct msgbuf *resp, void *t
 
 static struct rpc_pair pair;
 
-static void open_pair_on(const char *transport, unsigned credits)
+static void open_pair_rto(const char *transport, unsigned credits, unsigned rto_us)
 {
 	struct ferry_config cfg;
 	ferry_config_defaults(&cfg);
-	cfg.rto_us = 10000000;
+	cfg.rto_us = rto_us;
 	cfg.session_credits = credits;
 	char why[256];
 	cr_assert_eq(rpc_pair_open(&pair, transport, &cfg, why, sizeof(why)), 0, "%s", why);
@@ -58,6 +59,12 @@ static void open_pair_on(const char *transport, unsigned credits)
 	rpc_lock(pair.b);
 	cr_assert_eq(rpc_register_handler(pair.b, REQ_ECHO, echo, NULL), 0);
 	executed = completed = 0;
+}
+
+/* A timeout that never comes within a test, unless it asks for one. */
+static void open_pair_on(const char *transport, unsigned credits)
+{
+	open_pair_rto(transport, credits, 10000000);
 }
 
 static void open_pair(unsigned credits) { open_pair_on("test", credits); }
@@ -226,6 +233,14 @@ Test(gobackn, requests_to_a_peer_whose_port_is_gone_wait_on_no_live_peer)
 	cr_assert(rpc_busy_with_live_peers(pair.a), "a request to a live peer is waited on");
 	turns(TURNS);
 	cr_assert_eq(completed, 1, "the pair does not work");
+	/* Enough datagrams for a loopback peer's own socket, the one that
+	 * hears of the refusal (NIC_UDP_PEER_LAZY). */
+	for (unsigned i = 1; i < NIC_UDP_PEER_LAZY; i++) {
+		completed = 0;
+		send_packets(1);
+		turns(TURNS);
+		cr_assert_eq(completed, 1, "request %u was not answered", i);
+	}
 	cr_assert_not(rpc_session_peer_gone(pair.a, pair.sa));
 
 	rpc_unlock(pair.b);
@@ -241,4 +256,27 @@ Test(gobackn, requests_to_a_peer_whose_port_is_gone_wait_on_no_live_peer)
 	cr_assert(rpc_session_peer_gone(pair.a, pair.sa), "the refused port was not seen");
 	cr_assert(rpc_busy(pair.a), "requests in flight were dropped");
 	cr_assert_not(rpc_busy_with_live_peers(pair.a), "requests to a gone peer are waited on");
+}
+
+/* The same for a peer that had barely spoken, so still sends from the nic's
+ * socket, which hears of no refusal: its first timeout gives it a socket of
+ * its own (nic_peer_unanswered), and the retransmission learns. */
+Test(gobackn, a_young_peer_whose_port_is_gone_is_found_out_at_its_timeout)
+{
+	stop();
+	open_pair_rto("udp", 0, 2000);
+	send_packets(1);
+	turns(TURNS);
+	cr_assert_eq(completed, 1, "the pair does not work");
+
+	rpc_unlock(pair.b);
+	rpc_destroy(pair.b);
+	pair.b = NULL;
+	send_packets(1);
+	for (int i = 0; i < 2000 && !rpc_session_peer_gone(pair.a, pair.sa); i++) {
+		rpc_run_once(pair.a);
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+	cr_assert(rpc_session_peer_gone(pair.a, pair.sa), "the refused port was not seen");
+	cr_assert_geq(pair.st_a.retransmits, 1, "found out without a timeout");
 }

@@ -111,6 +111,9 @@ struct nic_ops {
 	 * port refuses datagrams): what is in flight to it will never be
 	 * answered. */
 	bool (*peer_gone)(const struct nic *nic, const struct nic_peer *peer);
+	/* Optional. The peer left a request unanswered past its timeout: the
+	 * nic should learn from now on whether it is gone (peer_gone). */
+	void (*peer_unanswered)(struct nic *nic, struct nic_peer *peer);
 };
 
 struct nic {
@@ -228,6 +231,11 @@ static inline void nic_peer_destroy(struct nic *n, struct nic_peer *p) { n->ops-
 static inline bool nic_peer_gone(const struct nic *n, const struct nic_peer *p)
 {
 	return n->ops->peer_gone && p && n->ops->peer_gone(n, p);
+}
+static inline void nic_peer_unanswered(struct nic *n, struct nic_peer *p)
+{
+	if (n->ops->peer_unanswered && p)
+		n->ops->peer_unanswered(n, p);
 }
 static inline void nic_route_format(const struct nic *n, const struct nic_route *r, char *b,
 				    size_t cap)

@@ -40,6 +40,7 @@ static const uint8_t udp_loopback4[4] = {127, 0, 0, 1};
 
 static void nic_udp_size_buffers(int fd);
 static int nic_udp_wide_socket(int *family, int beside);
+static int nic_udp_peer_socket(struct nic_peer *p);
 
 static struct nic_udp *nic_udp_of(struct nic *nic)
 {
@@ -127,6 +128,9 @@ static unsigned nic_udp_build(struct nic_udp *u, const struct nic_tx *pkts, unsi
 {
 	unsigned m = 0, iov = 0, i = 0;
 	while (i < k) {
+		struct nic_peer *peer = pkts[i].peer;
+		if (peer->lazy_left && --peer->lazy_left == 0)
+			peer->fd = nic_udp_peer_socket(peer);
 		unsigned n = bundle_extent(u, pkts + i, k - i);
 		/* Segmented: n packets, each a datagram of its own on the wire. */
 		unsigned segs = n == 1 ? udp_gso_extent(u, pkts + i, k - i) : 1;
@@ -753,7 +757,14 @@ static int nic_udp_peer_create(struct nic *nic, const struct nic_route *route,
 		memcpy(&p->addr.in.sin_addr, mapped ? host + 12 : host, 4);
 		p->len = sizeof(p->addr.in);
 	}
-	p->fd = nic_udp_peer_socket(p);
+	bool loopback = route->data[0] == 4 ? host[0] == 127
+			: mapped	   ? host[12] == 127
+					   : memcmp(host, in6addr_loopback.s6_addr, 16) == 0;
+	p->fd = -1;
+	if (loopback)
+		p->lazy_left = NIC_UDP_PEER_LAZY;
+	else
+		p->fd = nic_udp_peer_socket(p);
 	*out = p;
 	return 0;
 }
@@ -846,6 +857,15 @@ static bool nic_udp_peer_gone(const struct nic *nic, const struct nic_peer *peer
 	return __atomic_load_n(&peer->gone, __ATOMIC_RELAXED);
 }
 
+/* Only a connected socket hears that the peer's port is gone: a lazy peer
+ * gets its own with its next datagram. */
+static void nic_udp_peer_unanswered(struct nic *nic, struct nic_peer *peer)
+{
+	(void)nic;
+	if (peer->lazy_left > 1)
+		peer->lazy_left = 1;
+}
+
 static const struct nic_ops nic_udp_ops = {
 	.tx_burst = nic_udp_tx_burst,
 	.rx_burst = nic_udp_rx_burst,
@@ -865,6 +885,7 @@ static const struct nic_ops nic_udp_ops = {
 	.widen = nic_udp_widen,
 	.forked_child = nic_udp_forked_child,
 	.peer_gone = nic_udp_peer_gone,
+	.peer_unanswered = nic_udp_peer_unanswered,
 };
 
 /* Binds fd to its family's wildcard: at beside's port while beside holds

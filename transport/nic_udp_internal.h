@@ -69,6 +69,9 @@ struct nic_peer {
 	 * socket sends with the address). A connected socket keeps its route,
 	 * so each send skips the lookup an unconnected one makes. */
 	int fd;
+	/* Datagrams a peer on loopback sends from the nic's socket before it
+	 * gets one of its own (0: it has one, or tried): NIC_UDP_PEER_LAZY. */
+	uint32_t lazy_left;
 	/* The largest UDP payload the route to the peer carries unfragmented,
 	 * from the connected socket's IP_MTU; 0 when unknown. */
 	uint32_t path_payload;

@@ -82,6 +82,7 @@ void rpc_destroy(struct rpc *rpc)
 	nic_flush(rpc->nic);
 	/* Request handles still held by handlers die here with their sessions. */
 	session_free_zombies(rpc);
+	session_spares_free(rpc);
 	rpc_unlock(rpc);
 	free(rpc->sessions);
 	wheel_destroy(rpc->wheel);

@@ -324,6 +324,7 @@ void client_check_timeouts(struct rpc *rpc)
 					  s->num, i, (unsigned long long)((rpc->now_ns - cs->progress_ns) / 1000),
 					  cs->num_tx, cs->num_rx, cs->req_pkts, cs->resp_pkts);
 				client_go_back(rpc, s, cs);
+				nic_peer_unanswered(rpc->nic, s->peer);
 				/* Most timeouts here are a late peer, not a loss: one
 				 * packet finds out which, and its answer reopens the
 				 * window (a real loss costs one round trip more). */

@@ -36,6 +36,8 @@
  * share a server slot. */
 #define RPC_SERVER_SLOTS 64u
 #define RPC_TX_BATCH 32u
+/* Freed sessions' send-time mappings an endpoint keeps for its next ones. */
+#define RPC_TX_TIMES_SPARE 4u
 #define RPC_RX_BATCH 32u
 /* A responder sends a credit return for at most this many request packets. */
 #define RPC_CR_EVERY 8u
@@ -206,7 +208,18 @@ struct rpc {
 	uint64_t now_ns;        /* cached per event loop pass */
 	unsigned idle_passes;   /* passes since the clock was last read */
 	uint64_t next_timer_ns; /* next retransmission scan */
+	/* Send-time mappings of freed sessions, for the next ones: a process
+	 * that meets a new peer per connection (the client of a
+	 * fork-per-connection server) mapped and unmapped one each. */
+	struct {
+		void *map;
+		size_t len;
+	} tx_times_spare[RPC_TX_TIMES_SPARE];
+	unsigned n_tx_times_spare;
 };
+
+/* session.c: the spare mappings go with the endpoint. */
+void session_spares_free(struct rpc *rpc);
 
 /* A retransmission, charged to the session as well as to the process. */
 static inline void session_retransmit(struct rpc *rpc, struct session *s)

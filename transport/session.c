@@ -76,10 +76,21 @@ static size_t tx_times_len(const struct session *s)
  * page, not one per slot (calloc from a thread's arena clears the whole
  * block).
  */
-static int map_tx_times(struct session *s)
+static int map_tx_times(struct rpc *rpc, struct session *s)
 {
-	uint64_t *tx_ns = mmap(NULL, tx_times_len(s), PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	size_t len = tx_times_len(s);
+	uint64_t *tx_ns = MAP_FAILED;
+	/* A spare's entries are older sessions' times: each is written at a
+	 * send before its answer reads it, as in a fresh mapping. */
+	for (unsigned i = rpc->n_tx_times_spare; i-- > 0;) {
+		if (rpc->tx_times_spare[i].len != len)
+			continue;
+		tx_ns = rpc->tx_times_spare[i].map;
+		rpc->tx_times_spare[i] = rpc->tx_times_spare[--rpc->n_tx_times_spare];
+		break;
+	}
+	if (tx_ns == MAP_FAILED)
+		tx_ns = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (tx_ns == MAP_FAILED)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < s->n_client_slots; i++)
@@ -97,8 +108,14 @@ static void session_free(struct rpc *rpc, struct session *s)
 	}
 	if (s->peer)
 		nic_peer_destroy(rpc->nic, s->peer);
-	if (s->cslots && s->cslots[0].tx_ns)
-		munmap(s->cslots[0].tx_ns, tx_times_len(s)); /* every slot's ring */
+	if (s->cslots && s->cslots[0].tx_ns) { /* every slot's ring */
+		if (rpc->n_tx_times_spare < RPC_TX_TIMES_SPARE) {
+			rpc->tx_times_spare[rpc->n_tx_times_spare].map = s->cslots[0].tx_ns;
+			rpc->tx_times_spare[rpc->n_tx_times_spare++].len = tx_times_len(s);
+		} else {
+			munmap(s->cslots[0].tx_ns, tx_times_len(s));
+		}
+	}
 	free(s->cslots);
 	free(s->backlog);
 	free(s);
@@ -115,6 +132,15 @@ void session_put(struct rpc *rpc, struct session *s)
 		*z = s->zombie_next;
 	}
 	session_free(rpc, s);
+}
+
+void session_spares_free(struct rpc *rpc)
+{
+	while (rpc->n_tx_times_spare) {
+		rpc->n_tx_times_spare--;
+		munmap(rpc->tx_times_spare[rpc->n_tx_times_spare].map,
+		       rpc->tx_times_spare[rpc->n_tx_times_spare].len);
+	}
 }
 
 void session_free_zombies(struct rpc *rpc)
@@ -181,7 +207,7 @@ int rpc_session_connect(struct rpc *rpc, int num, const struct nic_route *route,
 	if (rpc->nic->max_session_credits && credits > rpc->nic->max_session_credits)
 		credits = rpc->nic->max_session_credits;
 	s->credits_max = credits;
-	if (map_tx_times(s) != 0)
+	if (map_tx_times(rpc, s) != 0)
 		return -ENOMEM;
 	int rc = nic_peer_create(rpc->nic, route, &s->peer);
 	if (rc)

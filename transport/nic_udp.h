@@ -20,8 +20,9 @@ uint64_t nic_udp_tx_failures(const struct nic *nic);
  * before it gets a connected socket of its own: a process that lives for
  * one connection (a fork-per-connection server's child) is done long
  * before, and its peer saves the socket's making and closing (eight system
- * calls each side). Other peers get theirs at once: its path MTU sizes
- * what offload sends, and its ECONNREFUSED tells that their port has gone.
+ * calls each side). Other peers get theirs at once: the socket's path MTU
+ * sizes what offload sends them, and its ECONNREFUSED says that their
+ * port has gone.
  */
 #define NIC_UDP_PEER_LAZY 64u
 

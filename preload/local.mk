@@ -27,7 +27,7 @@ libferry_preload_la_SOURCES = \
 	preload/exit.c \
 	preload/fork.c \
 	preload/namespace.c \
-	preload/signal.c \
+	preload/signal.c preload/signal.h \
 	preload/ferry.c preload/ferry.h
 libferry_preload_la_SOURCES += preload/phpool.c preload/phpool.h
 libferry_preload_la_SOURCES += preload/spawn.c

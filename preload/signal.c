@@ -19,6 +19,7 @@
 #include <stddef.h>
 
 #include "preload/export.h"
+#include "preload/signal.h"
 #include "preload/wait.h"
 #include "transport/sys.h"
 
@@ -60,13 +61,6 @@ static void sig_trampoline(int sig, siginfo_t *si, void *uc)
 		a->handler(sig);
 }
 
-static bool sig_catches(const struct sigaction *act)
-{
-	if (act->sa_flags & SA_SIGINFO)
-		return act->sa_sigaction != NULL;
-	return act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
-}
-
 static const struct sig_app *sig_publish(int sig, const struct sigaction *act)
 {
 	unsigned i = __atomic_fetch_add(&sig_next[sig], 1, __ATOMIC_RELAXED) % SIG_APP_SLOTS;
@@ -102,7 +96,7 @@ FERRY_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
 	const struct sig_app *prev = __atomic_load_n(&sig_current[sig], __ATOMIC_ACQUIRE);
 	struct sigaction kold;
 	int rc;
-	if (act && sig_catches(act)) {
+	if (act && signal_catches(act)) {
 		/* Published first: a signal that comes while the kernel still
 		 * has the trampoline finds a handler either way. */
 		const struct sig_app *a = sig_publish(sig, act);

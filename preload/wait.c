@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "preload/fdtable.h"
+#include "preload/signal.h"
 #include "transport/clock.h"
 #include "transport/sys.h"
 
@@ -629,10 +630,7 @@ bool wait_signals_restart(void)
 		    sig == SIGFPE || sig == SIGILL || sig == SIGTRAP || sig == SIGSYS ||
 		    sigaction(sig, NULL, &sa) != 0)
 			continue;
-		bool caught = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != NULL
-							 : (sa.sa_handler != SIG_DFL &&
-							    sa.sa_handler != SIG_IGN);
-		if (caught && !(sa.sa_flags & SA_RESTART))
+		if (signal_catches(&sa) && !(sa.sa_flags & SA_RESTART))
 			return false;
 	}
 	return true;

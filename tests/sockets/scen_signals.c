@@ -177,6 +177,15 @@ static void intr_client(struct peer *p)
 	expect_rc(p, "resethand_query", sigaction(SIGUSR2, NULL, &q), 0, 0);
 	expect_true(p, "resethand_left_the_default", q.sa_handler == SIG_DFL);
 	expect_int(p, "resethand_ran_once", rt_signals, 1);
+	/* SIG_IGN given with SA_SIGINFO is still no handler. */
+	memset(&q, 0, sizeof(q));
+	q.sa_handler = SIG_IGN;
+	q.sa_flags = SA_SIGINFO;
+	sigemptyset(&q.sa_mask);
+	expect_rc(p, "ignore_with_siginfo", sigaction(SIGUSR2, &q, NULL), 0, 0);
+	raise(SIGUSR2);
+	expect_rc(p, "ignored_query", sigaction(SIGUSR2, NULL, &q), 0, 0);
+	expect_true(p, "ignored_stays_ignored", q.sa_handler == SIG_IGN);
 	th = intr_round(p, &self);
 	expect_rc(p, "read_interrupted", read(fd, &c, 1), -1, EINTR);
 	pthread_join(th, NULL);

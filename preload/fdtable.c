@@ -78,6 +78,7 @@ struct ffile *ffile_new(struct fdtable *t, enum ffile_kind kind)
 	f->status = 0;
 	f->hybrid = false;
 	f->gone = false;
+	f->reset_read = false;
 	f->epitems = NULL;
 	f->waiters = NULL;
 	f->owner = (struct ffile_owner){.type = F_OWNER_PID, .fd = -1};

@@ -36,6 +36,7 @@ struct ffile {
 	int status;            /* atomic: O_NONBLOCK and friends (F_GETFL) */
 	bool hybrid;           /* the placeholder also has kernel readiness (listeners) */
 	bool gone;             /* atomic: handed to the kernel; look the number up again */
+	bool reset_read;       /* atomic: a dead file's reset was read (then EOF) */
 	pthread_mutex_t wlock; /* guards epitems and waiters */
 	struct epitem *epitems;
 	struct wait_node *waiters;

@@ -276,7 +276,7 @@ static void ho_serve(int cfd)
 	for (;;) {
 		ferry_lock();
 		s = stream_find(req.sid, req.peer_sid, req.token);
-		if (s && (s->state != STREAM_OPEN || s->reset))
+		if (s && !stream_can_follow(s))
 			s = NULL;
 		f = s ? s->file : NULL;
 		bool pinned = !f || ffile_tryget(f);
@@ -312,15 +312,35 @@ static void ho_serve(int cfd)
 		return;
 	}
 	int rc = s ? 0 : -ECONNRESET;
+	bool done = false; /* handed over read only: the peer is done with it */
 	if (s) {
 		struct sockaddr_storage peer_mgmt;
 		socklen_t peer_mgmt_len = 0;
-		ferry_internal_enter();
-		rc = mgmt_peer_addr(ferry.mgmt, ferry.rpc, session, &peer_mgmt, &peer_mgmt_len);
-		ferry_internal_leave();
-		if (rc == 0) {
-			relay_drop(s);
-			rc = ho_move(s, &resp, bytes);
+		ferry_lock();
+		done = stream_peer_done(s);
+		ferry_unlock();
+		if (!done) {
+			ferry_internal_enter();
+			rc = mgmt_peer_addr(ferry.mgmt, ferry.rpc, session, &peer_mgmt,
+					    &peer_mgmt_len);
+			ferry_internal_leave();
+			if (rc == 0) {
+				relay_drop(s);
+				rc = ho_move(s, &resp, bytes);
+			}
+			if (rc != 0) {
+				ferry_lock();
+				done = stream_peer_done(s);
+				ferry_unlock();
+			}
+		}
+		if (done) {
+			ferry_lock();
+			resp.len = (uint32_t)stream_snapshot(s, &resp.snap, bytes, STREAM_WINDOW_MAX);
+			resp.snap.peer_done = 1;
+			ferry_unlock();
+			peer_mgmt_len = 0;
+			rc = 0;
 		}
 		resp.snap.peer_mgmt = peer_mgmt;
 		resp.snap.peer_mgmt_len = peer_mgmt_len;
@@ -358,6 +378,8 @@ static void ho_serve(int cfd)
 				pthread_mutex_unlock(&ho_lock);
 			}
 			passfd_forget(s->sid, s->token);
+			if (done)
+				stream_release_done(ferry.rpc, s);
 			stream_detach(s);
 			stats_inc(ferry_stats()->streams_handed_over);
 		} else {
@@ -609,7 +631,7 @@ void handover_fork_child(struct ffile *f, pid_t parent)
 	if (sk && sk->state == FSOCK_REMOTE)
 		return; /* a second number of the same file (the pass sees each) */
 	struct stream *s = sk ? sk->stream : NULL;
-	if (!s || sk->state != FSOCK_STREAM || s->state != STREAM_OPEN || s->reset) {
+	if (!s || sk->state != FSOCK_STREAM || !stream_can_follow(s)) {
 		f->kind = FFILE_DEAD;
 		return;
 	}
@@ -875,17 +897,30 @@ void handover_adopt(struct ffile *f)
 	}
 	if (fd >= 0)
 		sys()->close(fd);
+	/* A peer done with the stream is not dialled: there is nobody to
+	 * continue it with, only bytes and EOF to read. */
+	bool done = rc == 0 && resp.snap.peer_done;
 	int ses = rc;
-	if (rc == 0) {
+	if (rc == 0 && !done) {
 		ferry_internal_enter();
 		ses = mgmt_connect(ferry.mgmt, ferry.rpc, (struct sockaddr *)&resp.snap.peer_mgmt,
 				   resp.snap.peer_mgmt_len, dial_ms);
 		ferry_internal_leave();
+		/* A peer that took the move after its FIN and then exited
+		 * (socat -u, an exit right after shutdown) cannot be dialled:
+		 * all it sent is here, and that is what it leaves to read. */
+		if (ses < 0 && resp.snap.rx_fin) {
+			log_debug("handover: the peer of stream %u is gone after its FIN (%s)",
+				  resp.snap.peer_sid, strerror(-ses));
+			done = true;
+			ses = 0;
+		}
 	}
 	struct stream *s = NULL;
 	if (ses >= 0) {
 		ferry_lock();
-		rc = stream_restore(ferry.rpc, ses, &resp.snap, bytes, resp.len, f, &s);
+		rc = done ? stream_restore_done(ferry.rpc, &resp.snap, bytes, resp.len, f, &s)
+			  : stream_restore(ferry.rpc, ses, &resp.snap, bytes, resp.len, f, &s);
 		if (rc == 0) {
 			sk->stream = s;
 			sk->state = FSOCK_STREAM;
@@ -897,7 +932,10 @@ void handover_adopt(struct ffile *f)
 		rc = ses;
 	}
 	if (rc != 0) {
-		ferry_log(FERRY_LOG_WARN,
+		/* A reset is the peer's doing, as the kernel's socket would read
+		 * it too (a client that resets before the worker took it); any
+		 * other failure is ferry's. */
+		ferry_log(rc == -ECONNRESET ? FERRY_LOG_INFO : FERRY_LOG_WARN,
 			  "a connection inherited from process %d cannot be taken over (%s): it "
 			  "reads as reset here",
 			  (int)sk->remote_pid, strerror(-rc));
@@ -905,7 +943,8 @@ void handover_adopt(struct ffile *f)
 		__atomic_store_n(&f->mask, EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP,
 				 __ATOMIC_RELEASE);
 	} else {
-		ho_wait_attached(f, s);
+		if (!done)
+			ho_wait_attached(f, s);
 		stats_inc(ferry_stats()->streams_taken_over);
 		log_debug("handover: took over a stream from process %d", (int)sk->remote_pid);
 	}

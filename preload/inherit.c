@@ -138,7 +138,10 @@ bool inherit_describe(struct ffile *f, bool own_streams, struct inherit_desc *d)
 	bool ok = false;
 	ferry_lock();
 	struct stream *s = sk->stream;
-	if (s && s->state == STREAM_OPEN && !s->reset) {
+	/* One that ended goes too: its new holder reads it as it reads here
+	 * (the bytes and EOF after the peer's FIN, else a reset), where an
+	 * undescribed one would read as unconnected. */
+	if (s && s->state != STREAM_OPENING) {
 		d->kind = 'S';
 		d->pid = (int)getpid();
 		d->sid = s->sid;

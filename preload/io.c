@@ -277,8 +277,11 @@ static struct ffile *io_file(int fd)
 
 static ssize_t io_recv(struct ffile *f, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-	/* A fork child's copy of a stream: an error, never a hang. */
-	ssize_t rc = f->kind == FFILE_DEAD ? -ECONNRESET : ferry_recvv(f, iov, iovcnt, flags);
+	/* A fork child's copy of a stream: an error, never a hang. The reset
+	 * is read once, then EOF, as from a kernel socket the peer reset. */
+	ssize_t rc = f->kind != FFILE_DEAD ? ferry_recvv(f, iov, iovcnt, flags)
+		     : __atomic_exchange_n(&f->reset_read, true, __ATOMIC_RELAXED) ? 0
+										: -ECONNRESET;
 	ffile_put(&fdtab, f);
 	if (rc == IO_GONE) {
 		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};

@@ -265,12 +265,21 @@ void stream_abort(struct rpc *rpc, struct stream *s);
  * peer and continues the stream on a session of its own (stream_restore
  * sends ATTACH with the cookie the owner gave the peer). Data never passes
  * through a third process and nothing is lost or said twice.
+ *
+ * A peer that sent its FIN and then closed its socket, or exited, has no
+ * stream left to move (a client that sends and closes at once, a health
+ * check): what remains is only read. The owner then hands over the bytes
+ * and the FIN with peer_done set, and the new owner's copy reads them and
+ * EOF, its writes drawing the reset a closed socket answers with
+ * (stream_restore_done), as the kernel's socket reads after the peer's
+ * close whoever holds it.
  */
 extern uint32_t stream_forks; /* forks of this process that left children */
 struct stream_snap {
 	uint32_t magic;
 	uint32_t peer_sid, peer_window;
 	uint8_t rx_fin, rd_shut, wr_shut, fin_sent;
+	uint8_t peer_done; /* the peer is gone after its FIN: read only */
 	uint64_t cookie;
 	uint64_t rx_head, rx_tail, rx_advertised, rx_told, fin_seq;
 	uint64_t tx_seq, tx_acked, tx_delivered;
@@ -279,7 +288,7 @@ struct stream_snap {
 	struct sockaddr_storage local, peer, peer_mgmt;
 	socklen_t local_len, peer_len, peer_mgmt_len;
 };
-#define STREAM_SNAP_MAGIC 0x66727931u
+#define STREAM_SNAP_MAGIC 0x66727932u
 /* The owner: sends MOVE; s stops sending. 0 or -errno. */
 int stream_move_out(struct rpc *rpc, struct stream *s, uint64_t cookie);
 /* Whether the peer stopped and every byte either way arrived. */
@@ -288,6 +297,16 @@ bool stream_move_ready(const struct stream *s);
  * peer answers a MOVE: the owner waiting for that answer sleeps until then
  * instead of looking again and again. NULL: nobody is told. */
 void stream_set_move_heard(void (*fn)(void));
+/* Whether s may still go to another process: open, or ended cleanly after
+ * the peer's FIN (its session ended, no reset), its bytes still to read. */
+bool stream_can_follow(const struct stream *s);
+/* After a move that failed: whether the peer is done with s (it refused the
+ * move after its FIN, or its session ended after it), so that s goes over
+ * read only (peer_done). */
+bool stream_peer_done(const struct stream *s);
+/* The owner of s, handed over read only: lets a peer that lingers for our
+ * side go (our FIN, if not sent yet). stream_detach follows. */
+void stream_release_done(struct rpc *rpc, struct stream *s);
 /* Fills snap (not peer_mgmt) and returns the unread bytes' count; copies
  * them to buf (cap at least STREAM_WINDOW). */
 size_t stream_snapshot(const struct stream *s, struct stream_snap *snap, void *buf, size_t cap);
@@ -300,6 +319,10 @@ void stream_detach(struct stream *s);
  * ATTACH sent; writes wait for its answer. */
 int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
 		   const void *bytes, size_t len, struct ffile *file, struct stream **out);
+/* The new owner of a stream handed over with peer_done: no session, the
+ * bytes and EOF to read, writes refused as after the peer's reset. */
+int stream_restore_done(struct rpc *rpc, const struct stream_snap *snap, const void *bytes,
+			size_t len, struct ffile *file, struct stream **out);
 /* The owner, once it has no file for s any more (it closed its copy while
  * a child still held one): s waits for the child (stream_close later). */
 void stream_orphan(struct stream *s);

@@ -32,8 +32,11 @@ int stream_end_error(const struct stream *s, int err)
 void stream_end(struct stream *s, int err)
 {
 	int e = stream_end_error(s, err);
-	/* Before stream_fail, whose notice carries the readiness it gives. */
-	s->write_draws_reset = e == 0 && !s->wr_shut && !s->reset;
+	/* Before stream_fail, whose notice carries the readiness it gives. A
+	 * stream ended already keeps what its first end said (a session that
+	 * went down, then the refusal of a request on it). */
+	if (!s->reset)
+		s->write_draws_reset = e == 0 && !s->wr_shut;
 	stream_fail(s, e);
 }
 

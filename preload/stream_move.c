@@ -54,6 +54,29 @@ int stream_move_out(struct rpc *rpc, struct stream *s, uint64_t cookie)
 	return rc;
 }
 
+static bool ended_after_fin(const struct stream *s)
+{
+	return s->state == STREAM_FAILED && s->ended && s->err == 0 && stream_fin_in(s);
+}
+
+bool stream_can_follow(const struct stream *s)
+{
+	return (s->state == STREAM_OPEN && !s->reset) || ended_after_fin(s);
+}
+
+bool stream_peer_done(const struct stream *s)
+{
+	return ended_after_fin(s) ||
+	       (s->move_refused && s->state == STREAM_OPEN && !s->reset && stream_fin_in(s));
+}
+
+void stream_release_done(struct rpc *rpc, struct stream *s)
+{
+	s->moving = false;
+	if (s->state == STREAM_OPEN && !s->reset && !s->fin_sent && stream_send_fin(rpc, s) == 0)
+		s->fin_sent = true;
+}
+
 bool stream_move_ready(const struct stream *s)
 {
 	return s->move_acked && s->rx.tail >= s->move_peer_tx && s->inflight == 0 && !s->held;
@@ -96,22 +119,28 @@ static void attach_cont(struct rpc *rpc, int status, const struct msgbuf *resp, 
 	if (!a || a->status != 0) {
 		log_debug("stream %u: the peer refused ATTACH (%d/%d)", s->sid, status,
 			  a ? a->status : 0);
-		stream_fail(s, ECONNRESET);
+		/* After its FIN, a peer that closed meanwhile: what it sent
+		 * reads to EOF, and the first write draws the reset. */
+		stream_end(s, -ECONNRESET);
 	}
 	stream_ctl_cont(rpc, status, resp, tag);
 	stream_notify(s, EPOLLOUT);
 }
 
-int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
-		   const void *bytes, size_t len, struct ffile *file, struct stream **out)
+/* A stream on session (or none: -1) in the state snap gives, or NULL with
+ * *rc set. */
+static struct stream *restore_state(struct rpc *rpc, int session, const struct stream_snap *snap,
+				    const void *bytes, size_t len, struct ffile *file, int *rc)
 {
+	*rc = -EPROTO;
 	if (snap->magic != STREAM_SNAP_MAGIC || snap->rx_tail - snap->rx_head != len ||
 	    len > STREAM_WINDOW || snap->local_len > sizeof(snap->local) ||
 	    snap->peer_len > sizeof(snap->peer))
-		return -EPROTO;
+		return NULL;
+	*rc = -ENOMEM;
 	struct stream *s = stream_alloc(rpc, session);
 	if (!s)
-		return -ENOMEM;
+		return NULL;
 	s->peer_sid = snap->peer_sid;
 	s->peer_window = snap->peer_window;
 	s->state = STREAM_OPEN;
@@ -125,7 +154,7 @@ int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
 	s->rx.head = s->rx.tail = snap->rx_head;
 	if (len && rxbuf_put(&s->rx, snap->rx_head, bytes, len) != 0) {
 		stream_put(s);
-		return -ENOMEM;
+		return NULL;
 	}
 	s->rx_advertised = snap->rx_advertised;
 	s->rx_told = snap->rx_told;
@@ -142,6 +171,17 @@ int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
 	s->peer = snap->peer;
 	s->peer_len = snap->peer_len;
 	s->file = file;
+	*rc = 0;
+	return s;
+}
+
+int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
+		   const void *bytes, size_t len, struct ffile *file, struct stream **out)
+{
+	int rc;
+	struct stream *s = restore_state(rpc, session, snap, bytes, len, file, &rc);
+	if (!s)
+		return rc;
 	struct stream_tx *tx = stream_tx_new(rpc, s, sizeof(struct wire_attach));
 	if (!tx) {
 		stream_put(s);
@@ -152,13 +192,29 @@ int stream_restore(struct rpc *rpc, int session, const struct stream_snap *snap,
 				  .sid = s->sid,
 				  .window = s->rx.cap};
 	stream_tell(s, &w->seg.consumed, &w->seg.received);
-	int rc = stream_tx_send(rpc, tx, STREAM_REQ_ATTACH, attach_cont);
+	rc = stream_tx_send(rpc, tx, STREAM_REQ_ATTACH, attach_cont);
 	if (rc) {
 		stream_put(s);
 		return rc;
 	}
 	s->attaching = true;
 	streams.tx_pending = true;
+	*out = s;
+	return 0;
+}
+
+int stream_restore_done(struct rpc *rpc, const struct stream_snap *snap, const void *bytes,
+			size_t len, struct ffile *file, struct stream **out)
+{
+	if (!snap->rx_fin)
+		return -EPROTO;
+	int rc;
+	struct stream *s = restore_state(rpc, -1, snap, bytes, len, file, &rc);
+	if (!s)
+		return rc;
+	/* As the peer's session ending after its FIN: reads say EOF once the
+	 * bytes are read, the first write draws the reset (stream_end). */
+	stream_end(s, -ECONNRESET);
 	*out = s;
 	return 0;
 }

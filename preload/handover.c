@@ -336,8 +336,8 @@ static void ho_serve(int cfd)
 		}
 		if (done) {
 			ferry_lock();
-			resp.len = (uint32_t)stream_snapshot(s, &resp.snap, bytes, STREAM_WINDOW_MAX);
-			resp.snap.peer_done = 1;
+			resp.len = (uint32_t)stream_snapshot_done(s, &resp.snap, bytes,
+								  STREAM_WINDOW_MAX);
 			ferry_unlock();
 			peer_mgmt_len = 0;
 			rc = 0;

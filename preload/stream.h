@@ -77,6 +77,7 @@ struct stream {
 	int ph_fd;
 	bool ended;   /* the peer's direction is over: its FIN, or a reset */
 	bool write_draws_reset; /* ended cleanly, the peer's socket gone (stream_end) */
+	bool end_clean;         /* its session ended as a FIN would end it (stream_end) */
 	/* SO_KEEPALIVE and TCP_USER_TIMEOUT (stream_set_timeouts), for a peer on
 	 * another host; 0: off. */
 	uint64_t ka_idle_ns;  /* silence before a probe */
@@ -297,16 +298,22 @@ bool stream_move_ready(const struct stream *s);
  * peer answers a MOVE: the owner waiting for that answer sleeps until then
  * instead of looking again and again. NULL: nobody is told. */
 void stream_set_move_heard(void (*fn)(void));
-/* Whether s may still go to another process: open, or ended cleanly after
- * the peer's FIN (its session ended, no reset), its bytes still to read. */
+/* Whether s may still go to another process: open, or ended cleanly (after
+ * the peer's FIN, or its process's death with nothing of ours unread: no
+ * reset), its bytes still to read. */
 bool stream_can_follow(const struct stream *s);
 /* After a move that failed: whether the peer is done with s (it refused the
- * move after its FIN, or its session ended after it), so that s goes over
+ * move after its FIN, or its session ended cleanly), so that s goes over
  * read only (peer_done). */
 bool stream_peer_done(const struct stream *s);
 /* The owner of s, handed over read only: lets a peer that lingers for our
  * side go (our FIN, if not sent yet). stream_detach follows. */
 void stream_release_done(struct rpc *rpc, struct stream *s);
+/* stream_snapshot of a stream handed over read only: peer_done, and the
+ * FIN where the peer's end stood for one (its process died with nothing
+ * of ours unread, when its kernel would have sent one). */
+size_t stream_snapshot_done(const struct stream *s, struct stream_snap *snap, void *buf,
+			    size_t cap);
 /* Fills snap (not peer_mgmt) and returns the unread bytes' count; copies
  * them to buf (cap at least STREAM_WINDOW). */
 size_t stream_snapshot(const struct stream *s, struct stream_snap *snap, void *buf, size_t cap);

@@ -35,8 +35,10 @@ void stream_end(struct stream *s, int err)
 	/* Before stream_fail, whose notice carries the readiness it gives. A
 	 * stream ended already keeps what its first end said (a session that
 	 * went down, then the refusal of a request on it). */
-	if (!s->reset)
+	if (!s->reset) {
 		s->write_draws_reset = e == 0 && !s->wr_shut;
+		s->end_clean = e == 0;
+	}
 	stream_fail(s, e);
 }
 

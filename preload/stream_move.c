@@ -54,27 +54,41 @@ int stream_move_out(struct rpc *rpc, struct stream *s, uint64_t cookie)
 	return rc;
 }
 
-static bool ended_after_fin(const struct stream *s)
+static bool ended_clean(const struct stream *s)
 {
-	return s->state == STREAM_FAILED && s->ended && s->err == 0 && stream_fin_in(s);
+	return s->state == STREAM_FAILED && s->end_clean;
 }
 
 bool stream_can_follow(const struct stream *s)
 {
-	return (s->state == STREAM_OPEN && !s->reset) || ended_after_fin(s);
+	return (s->state == STREAM_OPEN && !s->reset) || ended_clean(s);
 }
 
 bool stream_peer_done(const struct stream *s)
 {
-	return ended_after_fin(s) ||
+	return ended_clean(s) ||
 	       (s->move_refused && s->state == STREAM_OPEN && !s->reset && stream_fin_in(s));
 }
 
 void stream_release_done(struct rpc *rpc, struct stream *s)
 {
 	s->moving = false;
-	if (s->state == STREAM_OPEN && !s->reset && !s->fin_sent && stream_send_fin(rpc, s) == 0)
+	if (s->state == STREAM_OPEN && !s->reset && !s->fin_sent && stream_send_fin(rpc, s) == 0) {
 		s->fin_sent = true;
+		streams.tx_pending = true; /* out at the unlock */
+	}
+}
+
+size_t stream_snapshot_done(const struct stream *s, struct stream_snap *snap, void *buf,
+			    size_t cap)
+{
+	size_t len = stream_snapshot(s, snap, buf, cap);
+	snap->peer_done = 1;
+	if (!stream_fin_in(s)) {
+		snap->rx_fin = 1;
+		snap->fin_seq = snap->rx_tail;
+	}
+	return len;
 }
 
 bool stream_move_ready(const struct stream *s)

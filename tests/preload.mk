@@ -28,7 +28,8 @@ FERRY_INTEGRATION_TESTS = tests/integration/ferry_run.sh tests/integration/redis
 	tests/integration/process.sh tests/integration/nginx.sh tests/integration/postgres.sh \
 	tests/integration/nginx_reload.sh tests/integration/fault.sh tests/integration/stat.sh \
 	tests/integration/ports.sh tests/integration/reply_first.sh tests/integration/sshd.sh \
-	tests/integration/xinetd.sh tests/integration/node.sh tests/integration/lossy_apps.sh
+	tests/integration/xinetd.sh tests/integration/node.sh tests/integration/lossy_apps.sh \
+	tests/integration/haproxy.sh
 TESTS += $(FERRY_INTEGRATION_TESTS)
 EXTRA_DIST += $(FERRY_INTEGRATION_TESTS) tests/integration/node_servers.js
 # The same tests over other datapaths: make check-transport FERRY_TEST_TRANSPORT='udp softib'

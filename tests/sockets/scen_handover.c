@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -147,6 +148,23 @@ static void new_holder(struct peer *p, int fd)
 		peer_done_read(p, fd);
 }
 
+/* A fork child reads fd, its parent's copy closed at once (as a postmaster
+ * closes its copy). */
+static void fork_new_holder(struct peer *p, int fd)
+{
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0)
+		die(p, "fork");
+	if (pid == 0) {
+		new_holder(p, fd);
+		fflush(stdout);
+		_exit(p->failures ? 1 : 0);
+	}
+	close(fd);
+	wait_child(p, pid);
+}
+
 /* The accepted connection, once the peer's bytes and FIN (or its reset)
  * are in. */
 static int accept_peer_done(struct peer *p)
@@ -163,17 +181,7 @@ static int accept_peer_done(struct peer *p)
 static void fork_after_peer_server(struct peer *p)
 {
 	int fd = accept_peer_done(p);
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid < 0)
-		die(p, "fork");
-	if (pid == 0) {
-		new_holder(p, fd);
-		fflush(stdout);
-		_exit(p->failures ? 1 : 0);
-	}
-	close(fd); /* at once, as a postmaster closes its copy */
-	wait_child(p, pid);
+	fork_new_holder(p, fd);
 	sync_send(p);
 }
 
@@ -218,17 +226,52 @@ static void fork_after_exit_server(struct peer *p)
 	expect_rc(p, "peer_exited", poll(&gone, 1, WAIT_MS), 1, 0);
 	close(pidfd);
 	expect_true(p, "fin_in", (wait_for(fd, POLLRDHUP) & POLLRDHUP) != 0);
+	fork_new_holder(p, fd);
+}
+
+/* The peer's process was killed after it sent: its socket closed as at an
+ * exit (a FIN, nothing of ours left unread), before the accepting process
+ * forked the child that reads. The peer's own connection is made in a child
+ * of the client role, which lives on and then connects once more itself. */
+static void fork_after_kill_server(struct peer *p)
+{
+	int fd = tcp_accept(p, p->lfd);
+	sync_wait(p); /* the peer's process is dead */
+	expect_true(p, "fin_in", (wait_for(fd, POLLRDHUP) & POLLRDHUP) != 0);
+	fork_new_holder(p, fd);
+	int last = tcp_accept(p, p->lfd);
+	char buf[4] = {0};
+	expect_rc(p, "last_read", read_full(last, buf, 3), 3, 0);
+	close(last);
+	sync_send(p);
+}
+
+static void peer_killed_client(struct peer *p)
+{
 	fflush(stdout);
 	pid_t pid = fork();
 	if (pid < 0)
 		die(p, "fork");
 	if (pid == 0) {
-		peer_done_read(p, fd);
-		fflush(stdout);
-		_exit(p->failures ? 1 : 0);
+		int fd = tcp_connect(p, p->port);
+		if (send(fd, "hello", 5, 0) != 5)
+			_exit(1);
+		/* A wait, so the bytes have left the process (ferry(7): a dead
+		 * peer's bytes that had not are lost with it); a look at
+		 * nothing for the kernel. */
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		poll(&pf, 1, 0);
+		raise(SIGKILL);
 	}
+	int st = -1;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	expect_true(p, "peer_killed", WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	sync_send(p);
+	int fd = tcp_connect(p, p->port);
+	expect_rc(p, "last_send", send(fd, "bye", 3, 0), 3, 0);
 	close(fd);
-	wait_child(p, pid);
+	sync_wait(p);
 }
 
 /* A worker forked before the connection came takes it over a unix socket
@@ -288,6 +331,7 @@ const struct scenario scen_handover[] = {
 	{"fork_after_peer_close", fork_after_peer_server, peer_close_client, false},
 	{"fork_after_peer_exit", fork_after_exit_server, peer_exit_client, false},
 	{"pass_after_peer_close", pass_after_peer_server, peer_close_client, false},
+	{"fork_after_peer_killed", fork_after_kill_server, peer_killed_client, false},
 	{"fork_after_peer_reset", fork_after_peer_server, peer_reset_client, false},
 	{"pass_after_peer_reset", pass_after_peer_server, peer_reset_client, false},
 	{NULL, NULL, NULL, false},

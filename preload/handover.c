@@ -314,7 +314,7 @@ static void ho_serve(int cfd)
 	int rc = s ? 0 : -ECONNRESET;
 	bool done = false; /* handed over read only: the peer is done with it */
 	if (s) {
-		struct sockaddr_storage peer_mgmt;
+		struct sockaddr_storage peer_mgmt = {0};
 		socklen_t peer_mgmt_len = 0;
 		ferry_lock();
 		done = stream_peer_done(s);

@@ -574,6 +574,7 @@ void stream_detach(struct stream *s)
 	s->reset = true; /* off the owed list at its next walk */
 	s->state = STREAM_FAILED;
 	s->ended = false; /* a bound placeholder is closed, not pooled */
+	s->end_clean = false; /* handed over: no second holder takes its bytes again */
 	stream_put(s);
 }
 
